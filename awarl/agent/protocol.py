@@ -1,0 +1,228 @@
+"""The agent protocol: one prompt builder, one answer parser, one scorer.
+
+Training rewards, capability estimation, evaluation and the chatbot all call this module, so
+they can never disagree about what the model answered or whether it was right.
+
+A final message looks like ``<answer>Ronald Shusett</answer> [d3f2a91c0b] [d91c0aa210]``:
+the answer inside ``<answer>`` tags, citations as passage ids in square brackets. The answer
+"not enough information" is an abstention. The tool the model calls is ``search(query)``;
+its JSON schema comes from the docstring of `awarl.agent.env.SearchEnv.search`, the one
+definition TRL, the runner and the SFT data all use.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+ABSTAIN_PHRASE = "not enough information"
+"""What the agent answers when the evidence does not settle the question."""
+
+DEFAULT_REFUSAL_PHRASES: tuple[str, ...] = (
+    ABSTAIN_PHRASE,
+    "there is not enough information",
+    "not enough information to answer",
+    "insufficient information",
+    "i don't know",
+    "i do not know",
+    "cannot be determined",
+    "unanswerable",
+)
+"""Answers (after SQuAD normalisation) that count as abstentions. An answer must *be* one of
+these, not merely contain one: "not enough information about X, but Y" is an answer."""
+
+SYSTEM_PROMPT = (
+    "Answer the user's question. Use the search tool to find evidence; you may search several "
+    "times. Finish with the answer inside <answer></answer>, followed by the ids of the passages "
+    "that support it in square brackets, e.g. <answer>Paris</answer> [d11651935d5]. If the "
+    f"passages do not contain the answer, reply <answer>{ABSTAIN_PHRASE}</answer>."
+)
+
+Outcome = Literal["correct", "wrong", "abstain", "unparsable"]
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_CITATION_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63})\]")
+
+
+def build_messages(question: str, system_prompt: str | None = None) -> list[dict[str, str]]:
+    """The conversation a rollout starts from: system instructions, then the question.
+
+    >>> [m["role"] for m in build_messages("Who wrote Hamlet?")]
+    ['system', 'user']
+    """
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT if system_prompt is None else system_prompt},
+        {"role": "user", "content": question},
+    ]
+
+
+def final_text(completion: str | Sequence[dict]) -> str:
+    """The text of the final assistant message of a completion (a string or a message list)."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion):
+        if message.get("role", "assistant") == "assistant":
+            return message.get("content") or ""
+    return ""
+
+
+def extract_answer(text: str) -> str | None:
+    """The content of the last ``<answer>`` block, stripped; None when there is none.
+
+    >>> extract_answer("think <answer>a</answer> then <answer> Paris </answer>")
+    'Paris'
+    >>> extract_answer("Paris") is None
+    True
+    """
+    found = _ANSWER_RE.findall(text or "")
+    return found[-1].strip() if found else None
+
+
+def extract_citations(text: str) -> list[str]:
+    """Passage ids cited in square brackets, in order of first appearance, without repeats.
+
+    >>> extract_citations("<answer>x</answer> [d1] [d2][d1]")
+    ['d1', 'd2']
+    """
+    seen: dict[str, None] = {}
+    for cid in _CITATION_RE.findall(text or ""):
+        seen.setdefault(cid, None)
+    return list(seen)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower case, drop punctuation and articles, squeeze whitespace.
+
+    >>> normalize_answer("The  Eiffel Tower!")
+    'eiffel tower'
+    """
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCT)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+_PUNCT = set(string.punctuation) | {"\u2018", "\u2019", "\u201c", "\u201d", "\u2013", "\u2014"}
+
+
+def is_abstention(answer: str | None, phrases: Iterable[str] = DEFAULT_REFUSAL_PHRASES) -> bool:
+    """True when the answer is a refusal phrase. An empty or missing answer is not an abstention.
+
+    >>> is_abstention("Not enough information.")
+    True
+    >>> is_abstention("")
+    False
+    >>> is_abstention("Not enough information about his mother, but his father was Tom")
+    False
+    """
+    if not answer:
+        return False
+    norm = normalize_answer(answer)
+    return bool(norm) and norm in {normalize_answer(p) for p in phrases}
+
+
+def exact_match(prediction: str, golds: Sequence[str]) -> float:
+    """1.0 when the normalised prediction equals any normalised gold answer."""
+    pred = normalize_answer(prediction)
+    return float(any(pred == normalize_answer(g) for g in golds))
+
+
+def token_f1(prediction: str, golds: Sequence[str]) -> float:
+    """Best SQuAD/HotpotQA token F1 over the gold answers. As in HotpotQA's official script, a
+    yes / no / noanswer prediction or gold only scores when both are the same word."""
+    return max((_f1(prediction, g) for g in golds), default=0.0)
+
+
+def _f1(prediction: str, gold: str) -> float:
+    pred, ref = normalize_answer(prediction), normalize_answer(gold)
+    special = {"yes", "no", "noanswer"}
+    if (pred in special or ref in special) and pred != ref:
+        return 0.0
+    p_toks, r_toks = pred.split(), ref.split()
+    common = Counter(p_toks) & Counter(r_toks)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(p_toks), same / len(r_toks)
+    return 2 * precision * recall / (precision + recall)
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """What the model said in its final message."""
+
+    text: str
+    answer: str | None
+    abstained: bool
+    citations: list[str] = field(default_factory=list)
+
+    @property
+    def parsable(self) -> bool:
+        return self.answer is not None
+
+
+def parse_final(completion: str | Sequence[dict], phrases: Iterable[str] = DEFAULT_REFUSAL_PHRASES) -> ParsedAnswer:
+    """Parse a completion (text or message list) into answer, abstention and citations."""
+    text = final_text(completion)
+    answer = extract_answer(text)
+    return ParsedAnswer(text=text, answer=answer, abstained=is_abstention(answer, phrases),
+                        citations=extract_citations(text))
+
+
+@dataclass(frozen=True)
+class Score:
+    """The verdict on one answer. ``correct`` follows the chosen metric (EM by default)."""
+
+    outcome: Outcome
+    em: float
+    f1: float
+
+    @property
+    def correct(self) -> bool:
+        return self.outcome == "correct"
+
+    @property
+    def answered(self) -> bool:
+        return self.outcome in ("correct", "wrong")
+
+
+def score(
+    parsed: ParsedAnswer,
+    golds: Sequence[str],
+    *,
+    answerable: bool = True,
+    metric: Literal["em", "f1"] = "em",
+    f1_threshold: float = 0.5,
+) -> Score:
+    """Score a parsed answer against the gold answers.
+
+    - abstained → ``abstain`` (EM = F1 = 0);
+    - no ``<answer>`` block → ``unparsable`` (a wrong answer for every metric);
+    - an answer to an unanswerable question → ``wrong`` (it can only be a guess);
+    - else ``correct`` when EM = 1 (metric ``em``) or F1 ≥ ``f1_threshold`` (metric ``f1``).
+    """
+    if parsed.abstained:
+        return Score("abstain", 0.0, 0.0)
+    if parsed.answer is None:
+        return Score("unparsable", 0.0, 0.0)
+    if not answerable:
+        return Score("wrong", 0.0, 0.0)
+    em, f1 = exact_match(parsed.answer, golds), token_f1(parsed.answer, golds)
+    ok = em == 1.0 if metric == "em" else f1 >= f1_threshold
+    return Score("correct" if ok else "wrong", em, f1)
+
+
+def score_text(
+    completion: str | Sequence[dict],
+    golds: Sequence[str],
+    *,
+    answerable: bool = True,
+    metric: Literal["em", "f1"] = "em",
+    phrases: Iterable[str] = DEFAULT_REFUSAL_PHRASES,
+) -> Score:
+    """`parse_final` then `score`: the one call rewards and evaluation make."""
+    return score(parse_final(completion, phrases), golds, answerable=answerable, metric=metric)
