@@ -60,6 +60,36 @@ def build_messages(question: str, system_prompt: str | None = None) -> list[dict
     ]
 
 
+def render_passage(pid: str, title: str, text: str) -> str:
+    """One search result line, as the model sees it: ``[<id>] <title>: <text>``.
+
+    >>> render_passage("d1", "Paris", "Capital of France.")
+    '[d1] Paris: Capital of France.'
+    """
+    return f"[{pid}] {title}: {text}"
+
+
+def format_final(answer: str, citations: Sequence[str] = ()) -> str:
+    """The final message: ``<answer>…</answer>`` then the cited ids.
+
+    >>> format_final("Paris", ["d1", "d2"])
+    '<answer>Paris</answer> [d1] [d2]'
+    """
+    cites = "".join(f" [{c}]" for c in citations)
+    return f"<answer>{answer}</answer>{cites}"
+
+
+def tool_call_message(query: str) -> dict:
+    """An assistant turn that calls ``search(query)``, in the chat-template message format."""
+    call = {"type": "function", "function": {"name": "search", "arguments": {"query": query}}}
+    return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+def tool_result_message(content: str) -> dict:
+    """The tool turn that carries search results back to the model."""
+    return {"role": "tool", "name": "search", "content": content}
+
+
 def final_text(completion: str | Sequence[dict]) -> str:
     """The text of the final assistant message of a completion (a string or a message list)."""
     if isinstance(completion, str):

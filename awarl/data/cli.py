@@ -1,5 +1,44 @@
 """`awarl data …`: official benchmark files -> records.jsonl + corpus.jsonl."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
 import typer
+from rich.console import Console
+
+from awarl.data.adapters import DATASETS, load_dataset_file, load_hub
+from awarl.data.records import DataError, load_corpus, write_jsonl
 
 app = typer.Typer(no_args_is_help=True)
+console = Console(stderr=True)
+
+
+@app.command("prepare")
+def prepare(
+    dataset: str = typer.Option(..., "--dataset", help=f"Format of the input file: {', '.join(DATASETS)}."),
+    input: Path = typer.Option(None, "--input", help="Official data file (JSON list or JSONL)."),
+    out: Path = typer.Option(..., "--out", help="Output folder for records.jsonl and corpus.jsonl."),
+    hub_split: str = typer.Option(None, "--hub-split", help="Load from the Hugging Face hub instead of --input (needs a network)."),
+    corpus: Path = typer.Option(None, "--corpus", help="Extra corpus.jsonl to merge (e.g. a wiki dump for FlashRAG questions)."),
+) -> None:
+    """Convert an official data file into DIR/records.jsonl and DIR/corpus.jsonl and print counts."""
+    if dataset not in DATASETS:
+        raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}", param_hint="--dataset")
+    if (input is None) == (hub_split is None):
+        raise typer.BadParameter("give exactly one of --input PATH or --hub-split SPLIT", param_hint="--input")
+    try:
+        records, passages = load_hub(dataset, hub_split) if hub_split else load_dataset_file(dataset, input)
+        if corpus is not None:
+            known = {p.id for p in passages}
+            passages += [p for p in load_corpus(corpus) if p.id not in known]
+    except DataError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    n_rec = write_jsonl(out / "records.jsonl", (r.to_dict() for r in records))
+    n_pas = write_jsonl(out / "corpus.jsonl", (p.to_dict() for p in passages))
+    unanswerable = sum(not r.answerable for r in records)
+    typer.echo(
+        f"{dataset}: {n_rec} records ({n_rec - unanswerable} answerable, {unanswerable} unanswerable), "
+        f"{n_pas} passages -> {out}"
+    )

@@ -1,0 +1,100 @@
+"""Shared fixtures: the shipped samples and a tiny offline model (random and warm-started).
+
+The tiny models are built once and cached under ``.cache/awarl-tests/`` keyed by a hash of the
+code that shapes them, so a second test run reuses them and a change to the protocol, the
+tool schema or the builder rebuilds them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "data" / "samples"
+CACHE = Path(os.environ.get("AWARL_TEST_CACHE", ROOT / ".cache" / "awarl-tests"))
+
+SAMPLE_FILES = {
+    "hotpotqa": SAMPLES / "hotpotqa_dev_distractor_sample.json",
+    "2wiki": SAMPLES / "2wikimultihopqa_dev_sample.json",
+    "musique": SAMPLES / "musique_ans_dev_sample.jsonl",
+    "musique_full": SAMPLES / "musique_full_train_sample.jsonl",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests skip cleanly on machines without CUDA."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def sample_files() -> dict[str, Path]:
+    return dict(SAMPLE_FILES)
+
+
+@pytest.fixture(scope="session")
+def hotpot_prepared(tmp_path_factory):
+    """records + corpus of the shipped HotpotQA sample (40 questions, closed scope)."""
+    from awarl.data.adapters import load_dataset_file
+
+    records, passages = load_dataset_file("hotpotqa", SAMPLE_FILES["hotpotqa"])
+    return records, passages
+
+
+def _fingerprint(*paths: Path) -> str:
+    h = hashlib.sha1()
+    for p in paths:
+        if p.exists():
+            h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _locked_build(target: Path, build) -> Path:
+    """Build into a temp folder and rename, so parallel or interrupted runs never see half a model."""
+    if (target / "config.json").exists():
+        return target
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    build(tmp)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """A random tiny Qwen2 model + tokenizer trained on the shipped samples' text."""
+    from awarl.llm.tiny import build_tiny_model, sample_texts
+
+    key = _fingerprint(ROOT / "awarl/llm/tiny.py", ROOT / "awarl/agent/protocol.py")
+    return _locked_build(CACHE / f"tiny-{key}", lambda d: build_tiny_model(d, sample_texts(SAMPLES)))
+
+
+@pytest.fixture(scope="session")
+def tiny_sft_model_dir(tiny_model_dir) -> Path:
+    """The tiny model after a short warm start: it calls `search`, then answers or abstains."""
+    from awarl.llm.tiny import warm_start_on_samples
+
+    key = _fingerprint(ROOT / "awarl/llm/tiny.py", ROOT / "awarl/agent/protocol.py", ROOT / "awarl/agent/env.py")
+    return _locked_build(CACHE / f"tiny-sft-{key}", lambda d: warm_start_on_samples(tiny_model_dir, d, SAMPLES))
