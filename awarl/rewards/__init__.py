@@ -1,1 +1,62 @@
+"""AWA-RL rewards: outcome, refusal shaping, dynamic penalty, citation judges, baselines.
 
+The trainer gets its reward functions from one factory::
+
+    cfg = RewardConfig.from_yaml("configs/tiny.yaml")        # the ``reward:`` section
+    funcs, weights = build_reward_funcs(cfg)
+    GRPOTrainer(..., reward_funcs=funcs, args=GRPOConfig(reward_weights=weights, ...))
+    awa = answer_abstain_reward(funcs)                          # the stateful one
+    state = awa.state_dict(); awa.load_state_dict(state)        # save / restore with checkpoints
+
+Everything here is torch-free; the one cross-process gather (`awarl.rewards.batch.gather_rows`)
+uses accelerate only when a process group is running. See docs/rewards.md and docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from awarl.rewards.awa import AnswerAbstainReward, BatchStats
+from awarl.rewards.baselines import baseline_reward
+from awarl.rewards.batch import batch_metrics
+from awarl.rewards.citation import CitationJudgment, CitationReward, GoldJudge, LLMJudge, coverage_redundancy
+from awarl.rewards.config import RewardConfig, RewardConfigError
+from awarl.rewards.outcome import judge_completion, outcome_reward
+from awarl.rewards.penalty import DynamicPenalty
+from awarl.rewards.refusal import expected_refusal_rate, refusal_base_reward, refusal_base_rewards
+
+__all__ = [
+    "AnswerAbstainReward", "BatchStats", "CitationJudgment", "CitationReward", "DynamicPenalty", "GoldJudge",
+    "LLMJudge", "RewardConfig", "RewardConfigError", "answer_abstain_reward", "baseline_reward", "batch_metrics",
+    "build_reward_funcs", "coverage_redundancy", "expected_refusal_rate", "judge_completion", "outcome_reward",
+    "refusal_base_reward", "refusal_base_rewards",
+]
+
+
+def build_reward_funcs(cfg: RewardConfig) -> tuple[list[Callable], list[float]]:
+    """The reward functions and their weights for ``cfg``.
+
+    Always the answer/abstain reward (``awa_reward``, or ``static_reward`` / ``ternary_reward`` /
+    ``none_reward`` for the baselines) with weight 1; plus ``citation_reward`` with weight
+    ``w_cite`` when ``w_cite > 0`` and a judge is set. The llm judge reads passage texts from
+    ``cfg.corpus_path``.
+    """
+    funcs: list[Callable] = [AnswerAbstainReward(cfg)]
+    weights = [1.0]
+    if cfg.w_cite > 0 and cfg.judge != "off":
+        passages = None
+        if cfg.judge == "llm":
+            from awarl.data.records import load_corpus
+
+            passages = {p.id: p for p in load_corpus(cfg.corpus_path)}
+        funcs.append(CitationReward(cfg, passages=passages))
+        weights.append(cfg.w_cite)
+    return funcs, weights
+
+
+def answer_abstain_reward(funcs: Sequence[Callable]) -> AnswerAbstainReward:
+    """The stateful answer/abstain reward among ``funcs`` (to checkpoint its penalty)."""
+    for func in funcs:
+        if isinstance(func, AnswerAbstainReward):
+            return func
+    raise ValueError("no AnswerAbstainReward among the reward functions")

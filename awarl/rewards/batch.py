@@ -1,0 +1,106 @@
+"""Global-batch statistics for reward functions: one gather across processes, then plain numbers.
+
+TRL calls a reward function on every process with that process's slice of the generation batch,
+and a prompt's rollouts may be split across processes (TRL_NOTES). So refusal rates, batch
+precision / accuracy / RA-F1 and group statistics are computed only from the gathered rows of
+the whole batch; every process then holds the same numbers. Single-process runs skip the gather.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+OUTCOME_CODES = {"correct": 0, "wrong": 1, "unparsable": 2, "abstain": 3}
+
+
+@dataclass(frozen=True)
+class RolloutRow:
+    """What one rollout contributes to the global batch statistics (small and picklable)."""
+
+    group: int          # stable key of the prompt; rollouts of one prompt share it
+    outcome: int        # OUTCOME_CODES
+    p: float            # capability of the query; NaN when unknown
+    searches: int       # search calls; -1 when unknown
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """DESIGN §7 over one batch: P = correct/answered, A = correct/all, RA-F1 = 2PA/(P+A)."""
+
+    n: int
+    refusal_rate: float
+    precision: float
+    accuracy: float
+    ra_f1: float
+
+
+def batch_metrics(outcomes: Sequence[str]) -> BatchMetrics:
+    """Precision, accuracy, RA-F1 and refusal rate of a batch of outcomes (an unparsable answer
+    counts as answered and wrong; 0 when nothing was answered).
+
+    >>> m = batch_metrics(["correct", "wrong", "abstain", "abstain"])
+    >>> (m.precision, m.accuracy, round(m.ra_f1, 4), m.refusal_rate)
+    (0.5, 0.25, 0.3333, 0.5)
+    """
+    n = len(outcomes)
+    if n == 0:
+        return BatchMetrics(0, 0.0, 0.0, 0.0, 0.0)
+    correct = sum(o == "correct" for o in outcomes)
+    abstained = sum(o == "abstain" for o in outcomes)
+    answered = n - abstained
+    precision = correct / answered if answered else 0.0
+    accuracy = correct / n
+    ra_f1 = 2 * precision * accuracy / (precision + accuracy) if precision + accuracy > 0 else 0.0
+    return BatchMetrics(n, abstained / n, precision, accuracy, ra_f1)
+
+
+def group_key(row_id: Any, prompt: Any) -> int:
+    """A key equal on every process for rollouts of the same prompt: the dataset ``id`` when
+    there is one, else the prompt itself (Python's ``hash`` differs between processes)."""
+    basis = row_id if row_id is not None else prompt
+    text = basis if isinstance(basis, str) else json.dumps(basis, sort_keys=True, default=str)
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big", signed=True)
+
+
+def all_abstain_share(rows: Sequence[RolloutRow]) -> float | None:
+    """Share of prompt groups (with ≥ 2 rollouts) in which every rollout abstained: GRPO gives
+    them zero advantage whatever the penalty says. None when no group has 2 rollouts."""
+    by_group: dict[int, list[int]] = defaultdict(list)
+    for row in rows:
+        by_group[row.group].append(row.outcome)
+    groups = [outs for outs in by_group.values() if len(outs) >= 2]
+    if not groups:
+        return None
+    abstain = OUTCOME_CODES["abstain"]
+    return sum(all(o == abstain for o in outs) for outs in groups) / len(groups)
+
+
+def distributed_world() -> tuple[int, int]:
+    """(rank, world size) of the torch.distributed group, (0, 1) when there is none.
+
+    torch is looked up in ``sys.modules`` rather than imported: when nothing imported it, no
+    process group can exist, and the reward stays torch-free."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0, 1
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def gather_rows(rows: list[RolloutRow]) -> list[RolloutRow]:
+    """All processes' rows, in rank order (each process calls this in lock-step). The one place
+    in the rewards that touches torch/accelerate, and only when a process group exists."""
+    _, world = distributed_world()
+    if world == 1:
+        return list(rows)
+    from accelerate.utils import gather_object
+
+    return list(gather_object(list(rows)))

@@ -1,0 +1,407 @@
+"""Citation reward and its judges (DESIGN §6).
+
+For an answered rollout the reward is ``coverage − w_red · redundancy`` (TRL multiplies it by the
+reward weight ``w_cite``): coverage is the share of the needed passages that the answer cites,
+redundancy the share of cited passages that are not needed. Abstentions and unparsable answers
+get None (no citation term). Which passages are *needed* comes from a judge:
+
+- `GoldJudge`: the dataset's supporting passages (``supporting`` column); a question without
+  any supporting passage (e.g. an unanswerable one) is not judged;
+- `LLMJudge`: an OpenAI-compatible chat endpoint (a vLLM server, a hosted API) reads the
+  question, the answer and the passages the agent saw or cited, and names the needed ones as
+  strict JSON ``{"needed": [ids]}``. Requests run concurrently (bounded), with timeouts,
+  retries with exponential backoff on timeouts / connection errors / 429 / 5xx, and a cache keyed
+  by a hash of the judged content. A judgment that fails is None: excluded from the reward,
+  never scored 0, and counted in ``cite/judge_failures``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from awarl.agent.protocol import DEFAULT_REFUSAL_PHRASES, parse_final
+from awarl.data.records import Passage
+from awarl.rewards.config import RewardConfig
+
+log = logging.getLogger(__name__)
+
+JUDGE_SYSTEM_PROMPT = (
+    "You check the evidence behind an answer. You get a question, an answer and passages, each "
+    "starting with its id in square brackets. List the ids of all passages needed to support the "
+    "answer, and only those. Reply with a JSON object and nothing else: "
+    '{"needed": ["<id>", ...]}. Use an empty list when no passage supports the answer.'
+)
+
+
+@dataclass(frozen=True)
+class CitationJudgment:
+    """Coverage and redundancy of one answer's citations against the needed passages."""
+
+    coverage: float
+    redundancy: float
+    needed: tuple[str, ...]
+
+    def reward(self, w_red: float) -> float:
+        return self.coverage - w_red * self.redundancy
+
+
+def coverage_redundancy(cited: Sequence[str], needed: Sequence[str]) -> CitationJudgment:
+    """coverage = |cited ∩ needed| / |needed| (0 when nothing is needed: the answer has no
+    support to cite); redundancy = |cited − needed| / |cited| (0 when nothing is cited).
+
+    >>> j = coverage_redundancy(["a", "x"], ["a", "b"])
+    >>> (j.coverage, j.redundancy)
+    (0.5, 0.5)
+    """
+    cited_set, needed_set = set(cited), set(needed)
+    coverage = len(cited_set & needed_set) / len(needed_set) if needed_set else 0.0
+    redundancy = len(cited_set - needed_set) / len(cited_set) if cited_set else 0.0
+    return CitationJudgment(coverage, redundancy, tuple(sorted(needed_set)))
+
+
+class GoldJudge:
+    """Needed passages = the dataset's supporting passages."""
+
+    name = "gold"
+
+    def judge(self, cited: Sequence[str], supporting: Sequence[str]) -> CitationJudgment | None:
+        """None when the question has no supporting passage (nothing to judge against)."""
+        if not supporting:
+            return None
+        return coverage_redundancy(cited, supporting)
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """What the LLM judge sees for one answered rollout."""
+
+    question: str
+    answer: str
+    cited: tuple[str, ...]
+    passages: tuple[Passage, ...]
+
+
+class JudgeFailure(Exception):
+    """A judgment that could not be obtained; ``reason`` is a short category for the stats."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        self.reason, self.detail = reason, detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+@dataclass
+class JudgeStats:
+    """Counters over the judge's lifetime (requests sent, cache hits, failures by reason)."""
+
+    requests: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    failures: Counter = field(default_factory=Counter)
+
+    @property
+    def failed(self) -> int:
+        return sum(self.failures.values())
+
+
+class JudgeCache:
+    """Judgments by content hash, in SQLite (shared by processes and runs) or in memory."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = str(path) if path else None
+        self._memory: dict[str, str] = {}
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # Several training processes may share one file: wait on locks instead of failing.
+            conn = sqlite3.connect(self.path, timeout=60.0, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("CREATE TABLE IF NOT EXISTS judgments (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.commit()
+            self._conn = conn
+        return self._conn
+
+    def get(self, key: str) -> str | None:
+        if self.path is None:
+            return self._memory.get(key)
+        with self._lock:
+            row = self._db().execute("SELECT value FROM judgments WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def put(self, key: str, value: str) -> None:
+        if self.path is None:
+            self._memory[key] = value
+            return
+        with self._lock:
+            db = self._db()
+            db.execute("INSERT OR REPLACE INTO judgments (key, value) VALUES (?, ?)", (key, value))
+            db.commit()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "_memory": dict(self._memory)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])
+        self._memory = state["_memory"]
+
+
+class LLMJudge:
+    """Citation judge backed by an OpenAI-compatible ``/chat/completions`` endpoint."""
+
+    name = "llm"
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 30.0,
+                 max_retries: int = 3, backoff_s: float = 0.5, concurrency: int = 16,
+                 cache_path: str | Path | None = None, json_mode: bool = True, max_passage_chars: int = 1500):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key = model, api_key
+        self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
+        self.concurrency, self.json_mode, self.max_passage_chars = concurrency, json_mode, max_passage_chars
+        self.cache = JudgeCache(cache_path)
+        self.stats = JudgeStats()
+
+    def messages(self, req: JudgeRequest) -> list[dict[str, str]]:
+        lines = [f"[{p.id}] {p.title}: {p.text[: self.max_passage_chars]}" for p in req.passages]
+        user = (f"Question: {req.question}\nAnswer: {req.answer}\nCited: "
+                f"{' '.join(f'[{c}]' for c in req.cited) or '(none)'}\nPassages:\n" + "\n".join(lines))
+        return [{"role": "system", "content": JUDGE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+    def cache_key(self, req: JudgeRequest) -> str:
+        """Hash of everything the judgment depends on: model, prompt (question, answer, passages)."""
+        payload = json.dumps({"model": self.model, "messages": self.messages(req)}, sort_keys=True)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def judge_many(self, requests: Sequence[JudgeRequest]) -> list[CitationJudgment | None]:
+        """Judge a batch (blocking); None where the judgment failed."""
+        return _run_sync(self.ajudge_many(requests))
+
+    async def ajudge_many(self, requests: Sequence[JudgeRequest]) -> list[CitationJudgment | None]:
+        """Judge a batch concurrently (at most ``concurrency`` requests in flight)."""
+        results: list[CitationJudgment | None] = [None] * len(requests)
+        pending: dict[str, list[int]] = {}
+        for i, req in enumerate(requests):
+            if not req.passages:  # nothing to judge against: no support, no call
+                results[i] = coverage_redundancy(req.cited, [])
+                continue
+            key = self.cache_key(req)
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.stats.cache_hits += 1
+                results[i] = coverage_redundancy(req.cited, json.loads(hit))
+            else:
+                pending.setdefault(key, []).append(i)
+        if not pending:
+            return results
+        semaphore = asyncio.Semaphore(self.concurrency)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        async with httpx.AsyncClient(headers=headers, timeout=self.timeout_s, limits=limits) as client:
+            keys = list(pending)
+            outcomes = await asyncio.gather(
+                *(self._judge_one(client, semaphore, requests[pending[k][0]]) for k in keys),
+                return_exceptions=True)
+        for key, outcome in zip(keys, outcomes):
+            if isinstance(outcome, JudgeFailure):
+                self.stats.failures[outcome.reason] += len(pending[key])
+                log.warning("citation judge failed (%s) for %d rollout(s): %s", outcome.reason,
+                            len(pending[key]), outcome.detail)
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            self.cache.put(key, json.dumps(outcome))
+            for i in pending[key]:
+                results[i] = coverage_redundancy(requests[i].cited, outcome)
+        return results
+
+    async def _judge_one(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore,
+                         req: JudgeRequest) -> list[str]:
+        body: dict[str, Any] = {"model": self.model, "messages": self.messages(req), "temperature": 0.0,
+                                "max_tokens": 256}
+        if self.json_mode:
+            body["response_format"] = {"type": "json_object"}
+        content = await self._post(client, semaphore, body)
+        return parse_needed(content, [p.id for p in req.passages])
+
+    async def _post(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, body: dict[str, Any]) -> str:
+        last = JudgeFailure("unknown")
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self.stats.retries += 1
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))  # outside the semaphore
+            try:
+                async with semaphore:
+                    self.stats.requests += 1
+                    resp = await client.post(self.url, json=body)
+            except httpx.TimeoutException as err:
+                last = JudgeFailure("timeout", f"{self.url} did not answer in {self.timeout_s}s ({type(err).__name__})")
+                continue
+            except httpx.TransportError as err:
+                last = JudgeFailure("connection", f"{self.url}: {err!r}")
+                continue
+            if resp.status_code == 429 or resp.status_code >= 500:
+                last = JudgeFailure(f"http_{resp.status_code}", f"{self.url}: {resp.text[:200]}")
+                continue
+            if resp.status_code >= 400:
+                raise JudgeFailure(f"http_{resp.status_code}", f"{self.url}: {resp.text[:200]}")
+            return _message_content(resp)
+        raise JudgeFailure(last.reason, f"gave up after {self.max_retries + 1} attempts: {last.detail}")
+
+def parse_needed(content: str, candidate_ids: Sequence[str]) -> list[str]:
+    """Strictly parse the judge's reply: a JSON object whose ``needed`` is a list of candidate ids.
+
+    >>> parse_needed('{"needed": ["d1"]}', ["d1", "d2"])
+    ['d1']
+    """
+    try:
+        data = json.loads(content.strip())
+    except (json.JSONDecodeError, AttributeError) as err:
+        raise JudgeFailure("malformed", f"reply is not JSON: {str(content)[:120]!r} ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("needed"), list):
+        raise JudgeFailure("malformed", f'reply lacks a "needed" list: {str(content)[:120]!r}')
+    needed = data["needed"]
+    if not all(isinstance(x, str) for x in needed):
+        raise JudgeFailure("malformed", f'"needed" must hold passage id strings: {needed!r}'[:200])
+    unknown = [x for x in needed if x not in set(candidate_ids)]
+    if unknown:
+        raise JudgeFailure("malformed", f"reply names passages that were not shown: {unknown[:5]}")
+    return list(dict.fromkeys(needed))
+
+
+def _message_content(resp: httpx.Response) -> str:
+    try:
+        content = resp.json()["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        raise JudgeFailure("malformed", f"not a chat.completion response ({type(err).__name__}): "
+                                        f"{resp.text[:160]!r}") from None
+    if not isinstance(content, str):
+        raise JudgeFailure("malformed", f"message content is {type(content).__name__}, not text")
+    return content
+
+
+def _run_sync(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, even when this thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class CitationReward:
+    """TRL reward function: ``coverage − w_red · redundancy`` per answered rollout, else None.
+
+    Columns read from ``kw``: ``supporting`` (gold judge), ``question`` (else the prompt's last
+    user message), ``environments`` (SearchEnv with ``.retrieved``, a list of passage-id lists:
+    the passages the LLM judge may count as needed). Logs ``cite/…`` metrics.
+    """
+
+    def __init__(self, cfg: RewardConfig, judge: GoldJudge | LLMJudge | None = None,
+                 passages: Mapping[str, Passage] | None = None):
+        if cfg.judge == "off" and judge is None:
+            raise ValueError("CitationReward needs a judge: set judge to gold or llm")
+        self.cfg = cfg
+        self.judge = judge if judge is not None else build_judge(cfg)
+        self.passages: Mapping[str, Passage] = passages if passages is not None else {}
+        self.phrases = tuple(cfg.refusal_phrases) or DEFAULT_REFUSAL_PHRASES
+        self.__name__ = "citation_reward"
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
+                 **kw: Any) -> list[float | None]:
+        n = len(completions)
+        parsed = [parse_final(c, self.phrases) for c in completions]
+        answered = [i for i, p in enumerate(parsed) if p.parsable and not p.abstained]
+        judgments: dict[int, CitationJudgment | None] = {}
+        failures_before = self._failures()
+        if isinstance(self.judge, GoldJudge):
+            supporting = kw.get("supporting")
+            if supporting is None or len(supporting) != n:
+                raise ValueError("the gold citation judge needs the dataset column 'supporting' "
+                                 "(one list of passage ids per rollout)")
+            for i in answered:
+                judgments[i] = self.judge.judge(parsed[i].citations, supporting[i] or [])
+        else:
+            requests = [self._request(i, prompts, parsed[i], kw) for i in answered]
+            judgments = dict(zip(answered, self.judge.judge_many(requests)))
+        rewards: list[float | None] = [None] * n
+        for i, judgment in judgments.items():
+            if judgment is not None:
+                rewards[i] = judgment.reward(self.cfg.w_red)
+        self._log(kw.get("log_metric"), answered, judgments, self._failures() - failures_before)
+        return rewards
+
+    def _failures(self) -> int:
+        return self.judge.stats.failed if isinstance(self.judge, LLMJudge) else 0
+
+    def _request(self, i: int, prompts: Sequence[Any], parsed: Any, kw: dict[str, Any]) -> JudgeRequest:
+        questions = kw.get("question")
+        question = questions[i] if questions is not None else _last_user_text(prompts[i])
+        envs = kw.get("environments")
+        seen: dict[str, None] = {}
+        if envs and hasattr(envs[i], "retrieved"):
+            for ids in envs[i].retrieved:
+                for pid in ids if isinstance(ids, (list, tuple)) else [ids]:
+                    seen.setdefault(str(pid), None)
+        for pid in parsed.citations:
+            seen.setdefault(pid, None)
+        shown = tuple(self.passages[pid] for pid in seen if pid in self.passages)
+        return JudgeRequest(question=question, answer=parsed.answer, cited=tuple(parsed.citations), passages=shown)
+
+    def _log(self, log_metric: Any, answered: list[int], judgments: dict[int, CitationJudgment | None],
+             failures: int) -> None:
+        if log_metric is None:
+            return
+        done = [j for j in judgments.values() if j is not None]
+        if done:
+            log_metric("cite/coverage", sum(j.coverage for j in done) / len(done))
+            log_metric("cite/redundancy", sum(j.redundancy for j in done) / len(done))
+        if answered:
+            log_metric("cite/judged", len(done) / len(answered))
+        log_metric("cite/judge_failures", float(failures))
+
+
+def _last_user_text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    for message in reversed(prompt or []):
+        if message.get("role") == "user":
+            return message.get("content") or ""
+    return ""
+
+
+def build_judge(cfg: RewardConfig) -> GoldJudge | LLMJudge:
+    """The judge ``cfg.judge`` names (gold or llm)."""
+    if cfg.judge == "gold":
+        return GoldJudge()
+    if cfg.judge == "llm":
+        api_key = os.environ.get(cfg.judge_api_key_env) if cfg.judge_api_key_env else None
+        if cfg.judge_api_key_env and not api_key:
+            raise ValueError(f"judge_api_key_env names ${cfg.judge_api_key_env}, which is not set")
+        return LLMJudge(cfg.judge_base_url, cfg.judge_model, api_key=api_key, timeout_s=cfg.judge_timeout_s,
+                        max_retries=cfg.judge_max_retries, backoff_s=cfg.judge_backoff_s,
+                        concurrency=cfg.judge_concurrency, cache_path=cfg.judge_cache_path,
+                        json_mode=cfg.judge_json_mode, max_passage_chars=cfg.judge_max_passage_chars)
+    raise ValueError(f"no citation judge for judge={cfg.judge!r}")

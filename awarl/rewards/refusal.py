@@ -1,0 +1,80 @@
+"""Refusal shaping: the base reward of abstaining and the batch's expected refusal rate.
+
+DESIGN §6: ``R_base(q) = 1 - max(p_q, p_clip)^gamma``, where ``p_q`` is the capability
+estimate (share of the base model's rollouts judged correct) and ``gamma`` in (0, 1] is the
+courage factor. Refusing is the better bet for a query when ``R_base(q)`` beats the expected
+reward of answering, ``p_q * r_correct + (1 - p_q) * r_wrong``; the expected refusal rate of a
+batch is the share of its rollouts whose query is such a query.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def refusal_base_reward(p: float, p_clip: float, gamma: float) -> float:
+    """``1 - max(p, p_clip)^gamma``: what abstaining on a query of capability ``p`` earns
+    before the dynamic penalty.
+
+    >>> refusal_base_reward(0.25, 0.1, 0.5)
+    0.5
+    >>> refusal_base_reward(0.0, 0.1, 1.0)   # clipped: hopeless queries pay 1 - p_clip
+    0.9
+    """
+    _check_params(p_clip, gamma)
+    if not (0.0 <= p <= 1.0):
+        raise ValueError(f"capability p must be in [0, 1], got {p!r}")
+    return 1.0 - max(p, p_clip) ** gamma
+
+
+def refusal_base_rewards(p: Sequence[float] | np.ndarray, p_clip: float, gamma: float) -> np.ndarray:
+    """Vectorised `refusal_base_reward` over an array of capabilities.
+
+    >>> refusal_base_rewards([0.25, 1.0], 0.1, 0.5).tolist()
+    [0.5, 0.0]
+    """
+    _check_params(p_clip, gamma)
+    arr = _as_p_array(p)
+    return 1.0 - np.maximum(arr, p_clip) ** gamma
+
+
+def refusal_preferred(p: Sequence[float] | np.ndarray, p_clip: float, gamma: float,
+                      r_correct: float = 1.0, r_wrong: float = 0.0) -> np.ndarray:
+    """Per query: True when ``R_base(q) > p·r_correct + (1 − p)·r_wrong`` (refusing is the better bet)."""
+    arr = _as_p_array(p)
+    answer_value = arr * r_correct + (1.0 - arr) * r_wrong
+    return refusal_base_rewards(arr, p_clip, gamma) > answer_value
+
+
+def expected_refusal_rate(p_values: Sequence[float] | np.ndarray, p_clip: float, gamma: float,
+                          r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
+    """Share of rollouts whose query has ``R_base(q) > p·r_correct + (1 − p)·r_wrong``.
+
+    ``p_values`` holds one capability per rollout (a query with G rollouts appears G times),
+    so the rate is over rollouts, like the observed refusal rate it is compared with.
+
+    >>> expected_refusal_rate([0.0, 0.0, 0.9, 0.9], p_clip=0.1, gamma=0.5)
+    0.5
+    """
+    arr = _as_p_array(p_values)
+    if arr.size == 0:
+        raise ValueError("expected_refusal_rate needs at least one capability value")
+    return float(refusal_preferred(arr, p_clip, gamma, r_correct, r_wrong).mean())
+
+
+def _check_params(p_clip: float, gamma: float) -> None:
+    if not (0.0 <= p_clip < 1.0):
+        raise ValueError(f"p_clip must be in [0, 1), got {p_clip!r}")
+    if not (0.0 < gamma <= 1.0):
+        raise ValueError(f"gamma must be in (0, 1], got {gamma!r}")
+
+
+def _as_p_array(p: Sequence[float] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(p, dtype=np.float64)
+    if arr.size and not (np.all(np.isfinite(arr)) and arr.min() >= 0.0 and arr.max() <= 1.0):
+        bad = next(i for i, v in enumerate(arr.ravel().tolist()) if not (math.isfinite(v) and 0.0 <= v <= 1.0))
+        raise ValueError(f"capability p must be in [0, 1]; value {arr.ravel()[bad]!r} at index {bad}")
+    return arr
