@@ -1,0 +1,303 @@
+"""The Z3 decision procedure that turns a translation into a finding (DESIGN.md §8).
+
+With R = the policy's rules, P = premises and C = claims:
+
+1. R ∧ P unsat        → IMPOSSIBLE, contradicting rules = the (minimised) unsat core;
+2. R ∧ P ∧ ¬C unsat   → VALID, supporting rules = the core, a claims-true scenario;
+3. R ∧ P ∧ C unsat    → INVALID, contradicting rules = the core (and a claims-false scenario);
+4. otherwise          → SATISFIABLE, a claims-true and a claims-false scenario reduced to the
+                        variables whose values differ (the false one chosen closest to the true one);
+
+a solver ``unknown`` (timeout, nonlinear arithmetic …) → TOO_COMPLEX; nothing translated →
+NO_TRANSLATIONS. Rules enter the solver guarded by one indicator literal each, so an unsat core
+names rules; cores are minimised by deletion. Every policy has its own Z3 context, rules keep
+their declared order, and the solver seed is fixed, so the same input gives the same finding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import z3
+
+from awarl.verify.findings import (
+    Ambiguity,
+    Finding,
+    LogicWarning,
+    LogicWarningType,
+    Result,
+    RuleRef,
+    Scenario,
+    Translation,
+)
+from awarl.verify.policy import Policy
+
+if TYPE_CHECKING:
+    from awarl.verify.translate import Translator
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+class _Clock:
+    """The per-finding time budget shared by all the solver calls of one check."""
+
+    def __init__(self, budget_ms: int):
+        self.deadline = time.monotonic() + budget_ms / 1000.0
+
+    def left_ms(self) -> int:
+        return max(0, int((self.deadline - time.monotonic()) * 1000))
+
+
+class Reasoner:
+    """Checks translations against one policy.
+
+    ``timeout_ms`` bounds the whole check of one finding (all its solver calls together); when
+    it runs out before the result is decided the finding is TOO_COMPLEX. Core minimisation and
+    the closest-scenario search stop early when time is short, keeping correct but larger answers.
+    """
+
+    def __init__(self, policy: Policy, *, timeout_ms: int = 5000, minimize_cores: bool = True, policy_arn: str = ""):
+        if timeout_ms <= 0:
+            raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
+        self.policy = policy
+        self.timeout_ms = timeout_ms
+        self.minimize_cores = minimize_cores
+        self.policy_arn = policy_arn
+        ctx = policy.ctx
+        # Names start with "__": policy names must start with a letter, so they cannot collide.
+        self._lits = [z3.Bool(f"__rule_{i}", ctx) for i in range(len(policy.rules))]
+        self._index = {lit.get_id(): i for i, lit in enumerate(self._lits)}
+
+    # -- public --------------------------------------------------------------------------------
+    def check(self, item: Translation | Ambiguity) -> Finding:
+        if isinstance(item, Ambiguity):
+            return self._ambiguous(item)
+        if item.is_empty:
+            return Finding(Result.NO_TRANSLATIONS, translation=item, detail="nothing maps to the policy's variables")
+        premises = [self.policy.parse(s.logic, f"premise {i}") for i, s in enumerate(item.premises)]
+        claims = [self.policy.parse(s.logic, f"claim {i}") for i, s in enumerate(item.claims)]
+        clock = _Clock(self.timeout_ms)
+        try:
+            return self._decide(item, premises, claims, clock)
+        except _OutOfTime as exc:
+            return Finding(Result.TOO_COMPLEX, translation=item, detail=str(exc))
+
+    def check_expressions(self, premises: Sequence[str], claims: Sequence[str]) -> Finding:
+        """Check SMT-LIB premises and claims given directly (as ``awarl verify check --premise``)."""
+        from awarl.verify.findings import Statement
+
+        return self.check(Translation(premises=[Statement(p) for p in premises], claims=[Statement(c) for c in claims]))
+
+    # -- the decision procedure ------------------------------------------------------------
+    def _decide(self, t: Translation, premises: list[z3.BoolRef], claims: list[z3.BoolRef], clock: _Clock) -> Finding:
+        ctx = self.policy.ctx
+        warning = self._logic_warning(t, premises, claims, clock)
+        s = self._solver()
+        s.add(*premises)
+        if self._run(s, clock, "rules and premises") == z3.unsat:
+            core = self._core(s, clock)
+            return Finding(Result.IMPOSSIBLE, translation=t, contradicting_rules=self._refs(core), logic_warning=warning)
+        if not claims:
+            return Finding(Result.NO_TRANSLATIONS, translation=t, logic_warning=warning, detail="no claims to check")
+        claim = z3.And(*claims) if len(claims) > 1 else claims[0]
+
+        s.push()
+        s.add(z3.Not(claim, ctx))
+        if self._run(s, clock, "rules, premises and negated claims") == z3.unsat:
+            core = self._core(s, clock)
+            s.pop()
+            s.add(claim)
+            self._run(s, clock, "claims-true scenario")
+            shown = self._relevant(premises, claims, core)
+            return Finding(
+                Result.VALID, translation=t, supporting_rules=self._refs(core),
+                claims_true_scenario=self._scenario(s.model(), shown), logic_warning=warning,
+            )
+        false_model = s.model()
+        s.pop()
+
+        s.add(claim)
+        if self._run(s, clock, "rules, premises and claims") == z3.unsat:
+            core = self._core(s, clock)
+            shown = self._relevant(premises, claims, core)
+            return Finding(
+                Result.INVALID, translation=t, contradicting_rules=self._refs(core),
+                claims_false_scenario=self._scenario(false_model, shown), logic_warning=warning,
+            )
+        true_model = s.model()
+        false_model = self._closest(premises, z3.Not(claim, ctx), true_model, clock) or false_model
+        differ = [
+            v.name for v in self.policy.variables
+            if self.policy.model_value(true_model, v.name) != self.policy.model_value(false_model, v.name)
+        ]
+        return Finding(
+            Result.SATISFIABLE, translation=t,
+            claims_true_scenario=self._scenario(true_model, differ),
+            claims_false_scenario=self._scenario(false_model, differ),
+            logic_warning=warning,
+        )
+
+    def _ambiguous(self, amb: Ambiguity) -> Finding:
+        """TRANSLATION_AMBIGUOUS with up to two scenarios where the leading options disagree."""
+        ctx = self.policy.ctx
+        options = amb.options[:2]
+        formulas = []
+        for k, opt in enumerate(options):
+            parts = [self.policy.parse(s.logic, f"option {k}") for t in opt for s in (*t.premises, *t.claims)]
+            formulas.append(z3.And(*parts) if parts else z3.BoolVal(True, ctx))
+        scenarios: list[Scenario] = []
+        if len(formulas) == 2:
+            shown = self.policy.variables_in(formulas)
+            clock = _Clock(self.timeout_ms)
+            for a, b in ((0, 1), (1, 0)):
+                s = self._solver()
+                s.add(formulas[a], z3.Not(formulas[b], ctx))
+                try:
+                    if self._run(s, clock, "difference scenario", assume=self._lits) == z3.sat:
+                        scenarios.append(self._scenario(s.model(), shown))
+                except _OutOfTime:
+                    break
+        return Finding(
+            Result.TRANSLATION_AMBIGUOUS, options=[list(opt) for opt in options], difference_scenarios=scenarios,
+            detail=f"translation confidence {amb.confidence:.2f}",
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _solver(self) -> z3.Solver:
+        s = z3.Solver(ctx=self.policy.ctx)
+        s.set("random_seed", 0)
+        for lit, rule in zip(self._lits, self.policy.rules):
+            s.add(z3.Implies(lit, self.policy.compiled[rule.id]))
+        return s
+
+    def _run(self, s: z3.Solver, clock: _Clock, what: str, assume: Sequence[z3.BoolRef] | None = None) -> z3.CheckSatResult:
+        left = clock.left_ms()
+        if left <= 0:
+            raise _OutOfTime(f"time budget of {self.timeout_ms} ms spent before checking {what}")
+        s.set("timeout", left)
+        result = s.check(*(self._lits if assume is None else assume))
+        if result == z3.unknown:
+            raise _OutOfTime(f"solver returned unknown on {what} ({s.reason_unknown()})")
+        return result
+
+    def _core(self, s: z3.Solver, clock: _Clock) -> list[int]:
+        """Rule indexes of the unsat core, minimised by deletion while time allows."""
+        core = sorted(self._index[c.get_id()] for c in s.unsat_core() if c.get_id() in self._index)
+        if not self.minimize_cores:
+            return core
+        i = 0
+        while i < len(core):
+            left = clock.left_ms()
+            if left <= 0:
+                break
+            trial = core[:i] + core[i + 1 :]
+            s.set("timeout", left)
+            result = s.check(*[self._lits[j] for j in trial])
+            if result == z3.unsat:
+                smaller = {self._index[c.get_id()] for c in s.unsat_core() if c.get_id() in self._index}
+                core = [j for j in trial if j in smaller]
+            else:  # sat: rule i is needed; unknown: keep it, the core stays correct
+                i += 1
+        return core
+
+    def _closest(self, premises: list[z3.BoolRef], goal: z3.BoolRef, model: z3.ModelRef, clock: _Clock) -> z3.ModelRef | None:
+        """A model of R ∧ P ∧ goal that agrees with ``model`` on as many variables as possible."""
+        left = clock.left_ms()
+        if left <= 0:
+            return None
+        opt = z3.Optimize(ctx=self.policy.ctx)
+        opt.set("timeout", left)
+        for rule in self.policy.rules:
+            opt.add(self.policy.compiled[rule.id])
+        opt.add(*premises)
+        opt.add(goal)
+        for v in self.policy.variables:
+            const = self.policy.consts[v.name]
+            opt.add_soft(const == model.eval(const, model_completion=True))
+        return opt.model() if opt.check() == z3.sat else None
+
+    def _logic_warning(self, t: Translation, premises: list[z3.BoolRef], claims: list[z3.BoolRef], clock: _Clock) -> LogicWarning | None:
+        """ALWAYS_FALSE / ALWAYS_TRUE when premises or claims are contradictions / tautologies alone."""
+        found: dict[str, LogicWarningType] = {}
+        for part, exprs in (("premises", premises), ("claims", claims)):
+            if not exprs:
+                continue
+            conj = z3.And(*exprs) if len(exprs) > 1 else exprs[0]
+            if self._alone(conj, clock) == z3.unsat:
+                found[part] = LogicWarningType.ALWAYS_FALSE
+            elif self._alone(z3.Not(conj, self.policy.ctx), clock) == z3.unsat:
+                found[part] = LogicWarningType.ALWAYS_TRUE
+        if not found:
+            return None
+        kind = LogicWarningType.ALWAYS_FALSE if LogicWarningType.ALWAYS_FALSE in found.values() else LogicWarningType.ALWAYS_TRUE
+        return LogicWarning(
+            type=kind,
+            premises=list(t.premises) if found.get("premises") is kind else [],
+            claims=list(t.claims) if found.get("claims") is kind else [],
+        )
+
+    def _alone(self, expr: z3.BoolRef, clock: _Clock) -> z3.CheckSatResult:
+        s = z3.Solver(ctx=self.policy.ctx)
+        s.set("random_seed", 0)
+        s.set("timeout", max(1, min(clock.left_ms(), self.timeout_ms // 10)))
+        s.add(expr)
+        return s.check()
+
+    def _relevant(self, premises: list[z3.BoolRef], claims: list[z3.BoolRef], core: list[int]) -> list[str]:
+        rules = [self.policy.compiled[self.policy.rules[i].id] for i in core]
+        return self.policy.variables_in([*premises, *claims, *rules])
+
+    def _scenario(self, model: z3.ModelRef, names: Sequence[str]) -> Scenario:
+        return Scenario(assignments={n: self.policy.model_value(model, n) for n in names})
+
+    def _refs(self, core: list[int]) -> list[RuleRef]:
+        rules = [self.policy.rules[i] for i in core]
+        return [RuleRef(identifier=r.id, policy_version_arn=self.policy_arn, description=r.description) for r in rules]
+
+
+def equivalent(policy: Policy, a: Translation, b: Translation, timeout_ms: int = 1000) -> bool:
+    """Whether two translations say the same thing: premises equivalent and claims equivalent.
+
+    Pure logic over the policy's variables (the rules are not assumed), so "tenure ≥ 12" and
+    "not tenure < 12" agree while two readings the policy merely links do not. A solver
+    ``unknown`` counts as "not shown equivalent".
+    """
+    ctx = policy.ctx
+
+    def conj(statements: Sequence) -> z3.BoolRef:
+        parts = [policy.parse(s.logic) for s in statements]
+        return z3.And(*parts) if parts else z3.BoolVal(True, ctx)
+
+    s = z3.Solver(ctx=ctx)
+    s.set("random_seed", 0)
+    s.set("timeout", timeout_ms)
+    pa, pb, ca, cb = conj(a.premises), conj(b.premises), conj(a.claims), conj(b.claims)
+    s.add(z3.Or(pa != pb, ca != cb))
+    return s.check() == z3.unsat
+
+
+def check(policy: Policy, question: str, answer: str, translator: "Translator", *, reasoner: Reasoner | None = None) -> list[Finding]:
+    """Translate a question and answer and check every statement: one finding per statement.
+
+    Nothing translated gives one NO_TRANSLATIONS finding; answer text that stays untranslated
+    beside translated statements adds a NO_TRANSLATIONS finding listing it, since VALID covers
+    only what was translated.
+    """
+    reasoner = reasoner or Reasoner(policy)
+    items = translator.translate(question, answer, policy)
+    if not items:
+        items = [Translation(untranslated_claims=[answer] if answer.strip() else [])]
+    findings = [reasoner.check(item) for item in items]
+    leftovers: list[str] = []
+    for item in items:
+        if isinstance(item, Translation) and not item.is_empty:
+            leftovers.extend(c for c in item.untranslated_claims if c not in leftovers)
+    if leftovers and any(f.result is not Result.NO_TRANSLATIONS for f in findings):
+        findings.append(
+            Finding(Result.NO_TRANSLATIONS, translation=Translation(untranslated_claims=leftovers), detail="part of the answer is not translated")
+        )
+    return findings

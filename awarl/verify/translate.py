@@ -1,0 +1,248 @@
+"""Translators: question + answer → statements of premises and claims over a policy's variables.
+
+- `PatternTranslator` reads the ``patterns`` each variable declares in the policy. Deterministic
+  and offline. The question gives premises; each answer sentence that sets a claim variable
+  becomes one statement (its claims, plus every premise found anywhere).
+- `LLMTranslator` asks any generation backend for structured JSON, N samples; the confidence is
+  the share of samples SMT-equivalent to the leading one; below the threshold the result is an
+  `Ambiguity` with the two leading options.
+
+Both return ``list[Translation | Ambiguity]``, what `awarl.verify.reasoner.check` consumes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from awarl.verify.findings import Ambiguity, Statement, Translation
+from awarl.verify.policy import Policy, PolicyError
+from awarl.verify.reasoner import equivalent
+
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+class Translator(Protocol):
+    def translate(self, question: str, answer: str, policy: Policy) -> list[Translation | Ambiguity]: ...
+
+
+class Generator(Protocol):
+    """Any generation backend: ``n`` completions for each prompt."""
+
+    def generate(self, prompts: list[str], n: int, temperature: float) -> list[list[str]]: ...
+
+
+class TranslationError(RuntimeError):
+    """The translator could not produce any usable translation (e.g. no sample parsed)."""
+
+
+def split_sentences(text: str) -> list[str]:
+    """
+    >>> split_sentences("Yes. You get 10% off!  Shipping is free.")
+    ['Yes.', 'You get 10% off!', 'Shipping is free.']
+    """
+    return [s.strip() for s in _SENTENCE_RE.split(text or "") if s.strip()]
+
+
+# -- pattern translator ----------------------------------------------------------------------
+@dataclass
+class _Match:
+    name: str
+    value: Any
+    role: str
+    text: str
+
+
+class PatternTranslator:
+    """Deterministic translation from the phrases and regexes declared in the policy."""
+
+    name = "pattern"
+
+    def translate(self, question: str, answer: str, policy: Policy) -> list[Translation | Ambiguity]:
+        premises: list[Statement] = []
+        untranslated_premises: list[str] = []
+        for sentence in split_sentences(question):
+            matches = [m for m in self._read(sentence, policy) if m.role != "claim"]
+            _add(premises, [self._statement(policy, m) for m in matches])
+            if not matches:
+                untranslated_premises.append(sentence)
+
+        per_sentence: list[list[Statement]] = []
+        untranslated_claims: list[str] = []
+        for sentence in split_sentences(answer):
+            matches = self._read(sentence, policy)
+            _add(premises, [self._statement(policy, m) for m in matches if m.role == "premise"])
+            claims = [self._statement(policy, m) for m in matches if m.role != "premise"]
+            if claims:
+                per_sentence.append(claims)
+            elif not matches:
+                untranslated_claims.append(sentence)
+
+        if not per_sentence:
+            return [Translation(premises=premises, untranslated_premises=untranslated_premises, untranslated_claims=untranslated_claims)]
+        return [
+            Translation(
+                premises=list(premises), claims=claims,
+                untranslated_premises=untranslated_premises, untranslated_claims=untranslated_claims,
+            )
+            for claims in per_sentence
+        ]
+
+    @staticmethod
+    def _read(sentence: str, policy: Policy) -> list[_Match]:
+        found: list[_Match] = []
+        for var in policy.variables:
+            for pattern in var.patterns:
+                m = pattern.compiled().search(sentence)
+                if not m:
+                    continue
+                if pattern.extract is not None:
+                    number = float(m.group(1).replace(",", "")) * pattern.scale
+                    value: Any = int(round(number)) if policy.kind(var.name) == "int" else number
+                else:
+                    value = pattern.value
+                found.append(_Match(var.name, value, var.role, m.group(0)))
+                break
+        return found
+
+    @staticmethod
+    def _statement(policy: Policy, m: _Match) -> Statement:
+        return Statement(logic=policy.assignment(m.name, m.value), natural_language=m.text)
+
+
+def _add(into: list[Statement], new: Sequence[Statement]) -> None:
+    for s in new:
+        if s.logic not in {x.logic for x in into}:
+            into.append(s)
+
+
+# -- LLM translator --------------------------------------------------------------------------
+_PROMPT = """You translate a question and an answer into formal logic over the variables of a policy.
+
+Variables (name: type — description):
+{variables}
+{types}
+Write each fact as an SMT-LIB boolean expression over these variables only, e.g. (= tenure_months 14),
+(not is_member), (>= order_total 50.0), (= plan Gold).
+Premises are facts the question (or the answer) takes as given; claims are what the answer asserts.
+Make one statement per separate assertion of the answer. Text that maps to no variable goes to
+untranslated_premises (from the question) or untranslated_claims (from the answer).
+
+Reply with JSON only, in this shape:
+{{"statements": [{{"premises": [{{"logic": "...", "natural_language": "..."}}],
+                  "claims": [{{"logic": "...", "natural_language": "..."}}]}}],
+ "untranslated_premises": ["..."], "untranslated_claims": ["..."]}}
+
+Question: {question}
+Answer: {answer}
+"""
+
+
+@dataclass
+class _Sample:
+    statements: list[Translation]
+    untranslated_premises: list[str]
+    untranslated_claims: list[str]
+
+    def merged(self) -> Translation:
+        premises: list[Statement] = []
+        claims: list[Statement] = []
+        for t in self.statements:
+            _add(premises, t.premises)
+            _add(claims, t.claims)
+        return Translation(premises=premises, claims=claims)
+
+
+class LLMTranslator:
+    """N sampled translations, clustered by SMT equivalence.
+
+    confidence = (size of the largest cluster) / N. A sample that is not valid JSON of the asked
+    shape, or uses names the policy lacks, counts as a dissenting vote: the model did not agree
+    with itself. At or above ``threshold`` the leading translation is returned; below it an
+    `Ambiguity` with the two leading clusters.
+    """
+
+    name = "llm"
+
+    def __init__(self, backend: Generator, *, samples: int = 5, temperature: float = 0.7, threshold: float = 1.0, timeout_ms: int = 1000):
+        if samples < 1:
+            raise ValueError(f"samples must be >= 1, got {samples}")
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {threshold}")
+        self.backend, self.samples, self.temperature = backend, samples, temperature
+        self.threshold, self.timeout_ms = threshold, timeout_ms
+        self.rejected: list[str] = []  # why samples of the last call were not usable
+
+    def prompt(self, question: str, answer: str, policy: Policy) -> str:
+        variables = "\n".join(f"- {v.name}: {v.type} — {v.description}" for v in policy.variables)
+        types = "".join(f"Type {t.name}: values {', '.join(v.value for v in t.values)}. {t.description}\n" for t in policy.types)
+        return _PROMPT.format(variables=variables, types=("\n" + types) if types else "", question=question, answer=answer)
+
+    def translate(self, question: str, answer: str, policy: Policy) -> list[Translation | Ambiguity]:
+        [texts] = self.backend.generate([self.prompt(question, answer, policy)], n=self.samples, temperature=self.temperature)
+        self.rejected = []
+        clusters: list[tuple[_Sample, int]] = []
+        for k, text in enumerate(texts):
+            try:
+                sample = self._parse(text, policy)
+            except (ValueError, PolicyError) as exc:
+                self.rejected.append(f"sample {k}: {exc}")
+                continue
+            merged = sample.merged()
+            for i, (rep, count) in enumerate(clusters):
+                if equivalent(policy, rep.merged(), merged, self.timeout_ms):
+                    clusters[i] = (rep, count + 1)
+                    break
+            else:
+                clusters.append((sample, 1))
+        if not clusters:
+            raise TranslationError(f"none of {len(texts)} samples parsed: " + "; ".join(self.rejected[:3]))
+        ranked = sorted(enumerate(clusters), key=lambda ic: (-ic[1][1], ic[0]))
+        leader, votes = ranked[0][1]
+        confidence = votes / len(texts)
+        if confidence < self.threshold:
+            options = [[replace(t, confidence=c / len(texts)) for t in s.statements] for _, (s, c) in ranked[:2]]
+            return [Ambiguity(options=options, confidence=confidence)]
+        if not leader.statements:
+            return [Translation(untranslated_premises=leader.untranslated_premises, untranslated_claims=leader.untranslated_claims, confidence=confidence)]
+        return [
+            replace(t, untranslated_premises=leader.untranslated_premises, untranslated_claims=leader.untranslated_claims, confidence=confidence)
+            for t in leader.statements
+        ]
+
+    @staticmethod
+    def _parse(text: str, policy: Policy) -> _Sample:
+        data = _json_object(text)
+        statements = data.get("statements", [])
+        if not isinstance(statements, list):
+            raise ValueError("'statements' is not a list")
+        out: list[Translation] = []
+        for i, st in enumerate(statements):
+            if not isinstance(st, dict):
+                raise ValueError(f"statements[{i}] is not an object")
+            t = Translation.from_dict({"premises": st.get("premises", []), "claims": st.get("claims", [])}, f"statements[{i}]")
+            for s in (*t.premises, *t.claims):
+                policy.parse(s.logic, where=f"statements[{i}]")
+            if not t.is_empty:
+                out.append(t)
+        up, uc = data.get("untranslated_premises", []), data.get("untranslated_claims", [])
+        if not all(isinstance(x, str) for x in [*up, *uc]):
+            raise ValueError("untranslated spans must be strings")
+        return _Sample(out, list(up), list(uc))
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """The first JSON object in ``text``, tolerating markdown fences and chatter around it."""
+    start = text.find("{")
+    if start < 0:
+        raise ValueError("no JSON object in the reply")
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text[start:])
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"broken JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("the reply's JSON is not an object")
+    return obj
