@@ -1,0 +1,135 @@
+"""In-process transformers backend: batched, left-padded ``generate`` with the KV cache.
+
+Prompts are token ids. Each row is cut after its first end-of-turn token (``<|im_end|>`` for
+Qwen), the same rule TRL's GRPOTrainer applies, so a rollout here and a rollout in training see
+the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from awarl.llm.base import BackendError, Generation, SamplingParams, cut_at_eos, eos_ids_like_trl
+
+
+class HFGenerator:
+    """Generate with a local transformers checkpoint.
+
+    Args:
+        model: a checkpoint directory (or a model id already in the local Hugging Face cache).
+        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:1"`` …
+        dtype: ``"auto"`` (bf16 on CUDA, fp32 on CPU), ``"bfloat16"``, ``"float16"``, ``"float32"``.
+        batch_size: most rows per ``generate`` call; larger batches are split.
+        model_obj / tokenizer_obj: an already loaded model and tokenizer (skips loading ``model``).
+    """
+
+    accepts: Literal["tokens"] = "tokens"
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        batch_size: int = 32,
+        model_obj: Any = None,
+        tokenizer_obj: Any = None,
+    ) -> None:
+        import torch
+
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.name = f"hf:{model}"
+        self.batch_size = batch_size
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if model_obj is None or tokenizer_obj is None:
+            model_obj, tokenizer_obj = _load(str(model), self.device, dtype)
+        self.model = model_obj.eval()
+        self.tokenizer = tokenizer_obj
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.eos_token_ids = eos_ids_like_trl(self.tokenizer, self.model.generation_config.eos_token_id)
+        self.max_model_len: int | None = getattr(self.model.config, "max_position_embeddings", None)
+        self._seed: int | None = None
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """One completion per token-id prompt, in input order."""
+        import torch
+
+        if params.seed is not None and params.seed != self._seed:
+            torch.manual_seed(params.seed)  # seeded once per seed value, so later turns keep drawing fresh samples
+            self._seed = params.seed
+        out: list[Generation | None] = [None] * len(prompts)
+        # Longest first, so each micro-batch holds rows of similar length (less padding).
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            for i, gen in zip(chunk, self._generate_batch([prompts[i] for i in chunk], params)):
+                out[i] = gen
+        return [g for g in out if g is not None]
+
+    def _generate_batch(self, prompts: list[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        import torch
+        from transformers import GenerationConfig
+
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        sampling: dict[str, Any] = (
+            {"do_sample": False}
+            if params.greedy
+            else {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
+        )
+        config = GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            pad_token_id=pad,
+            bos_token_id=self.tokenizer.bos_token_id,
+            eos_token_id=self.eos_token_ids,
+            use_cache=True,
+            disable_compile=True,
+            **sampling,
+        )
+        with torch.inference_mode():
+            seqs = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
+        gens = []
+        for row, prompt in zip(seqs[:, width:].tolist(), prompts):
+            ids, stopped = cut_at_eos(row, self.eos_token_ids)
+            gens.append(Generation(
+                text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                token_ids=ids,
+                finish_reason="stop" if stopped else "length",
+                prompt_tokens=len(prompt),
+                completion_tokens=len(ids),
+            ))
+        return gens
+
+    def close(self) -> None:
+        self.model = None
+
+
+def _load(model: str, device: Any, dtype: str) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(model)
+    if path.exists() and not (path / "config.json").exists():
+        raise BackendError(f"model directory {model} has no config.json; is it a transformers checkpoint?")
+    if dtype == "auto":
+        torch_dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    else:
+        try:
+            torch_dtype = getattr(torch, dtype)
+        except AttributeError:
+            raise BackendError(f"unknown dtype {dtype!r}; use auto, bfloat16, float16 or float32") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
+        loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
+    except OSError as exc:
+        raise BackendError(f"cannot load model {model!r}: {exc}") from None
+    tokenizer.padding_side = "left"
+    return loaded.to(device), tokenizer
