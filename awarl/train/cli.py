@@ -1,15 +1,133 @@
-"""`awarl train …`, `awarl sweep`, `awarl export` (filled in by the training stage)."""
+"""`awarl train sft|grpo|check`, `awarl sweep`, `awarl export`.
+
+torch, TRL and transformers are imported inside the commands, so ``awarl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
 
-
-def sweep_command() -> None:
-    """Run one training per courage factor gamma."""
-    raise typer.Exit(2)
+_CONFIG = typer.Option(..., "--config", "-c", help="YAML recipe (see configs/).")
+_SET = typer.Option(None, "--set", help="Override a field: section.field=value (repeatable; value is YAML).")
 
 
-def export_command() -> None:
-    """Export a trained checkpoint."""
-    raise typer.Exit(2)
+def _load(config: Path, overrides: list[str] | None):
+    from awarl.train.config import ConfigError, TrainConfig
+
+    try:
+        return TrainConfig.from_yaml(config, overrides or [])
+    except ConfigError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from None
+
+
+def _fail(exc: Exception) -> None:
+    typer.secho(f"error: {exc}", fg="red", err=True)
+    raise typer.Exit(2) from None
+
+
+@app.command("check")
+def check_command(config: Path = _CONFIG, overrides: list[str] = _SET) -> None:
+    """Parse and validate a recipe (TRL field names included) without training."""
+    from awarl.train.config import ConfigError
+
+    cfg = _load(config, overrides)
+    try:
+        cfg.check_trainer_fields()
+    except ConfigError as exc:
+        _fail(exc)
+    typer.echo(f"{config}: ok (model {cfg.model.path or '-'}, reward {cfg.reward.kind}, gamma {cfg.reward.gamma})")
+
+
+@app.command("sft")
+def sft_command(
+    config: Path = _CONFIG,
+    overrides: list[str] = _SET,
+    out: Path = typer.Option(None, "--out", help="Output folder (default: sft.output_dir or <output_dir>/sft)."),
+) -> None:
+    """Cold-start SFT on agent trajectories (tool results masked from the loss)."""
+    from awarl.data.records import DataError
+    from awarl.train import sft
+    from awarl.train.config import ConfigError
+
+    cfg = _load(config, overrides)
+    try:
+        final = sft.main(cfg, output_dir=str(out) if out else None, on_log=typer.echo)
+    except (ConfigError, DataError) as exc:
+        _fail(exc)
+    typer.echo(f"SFT model saved to {final}")
+
+
+@app.command("grpo")
+def grpo_command(
+    config: Path = _CONFIG,
+    overrides: list[str] = _SET,
+    resume: str = typer.Option(None, "--resume", help="'latest' or a checkpoint folder: continue a run with "
+                                                       "the same step, penalty state and data order."),
+    out: Path = typer.Option(None, "--out", help="Output folder (default: output_dir of the recipe)."),
+) -> None:
+    """AWA-RL GRPO with the search tool (TRL GRPOTrainer + environment_factory)."""
+    from awarl.data.records import DataError
+    from awarl.train import grpo
+    from awarl.train.config import ConfigError
+
+    cfg = _load(config, overrides)
+    try:
+        final = grpo.main(cfg, resume=resume, output_dir=str(out) if out else None, on_log=typer.echo)
+    except (ConfigError, DataError) as exc:
+        _fail(exc)
+    typer.echo(f"model saved to {final}")
+
+
+def sweep_command(
+    config: Path = _CONFIG,
+    gamma: list[float] = typer.Option(..., "--gamma", help="Courage factors, e.g. --gamma 0.3 0.5 0.7 1.0."),
+    more_gammas: list[float] = typer.Argument(None, metavar="[GAMMA]...", show_default=False,
+                                              help="Further γ values (so `--gamma 0.3 0.5 0.7` works)."),
+    overrides: list[str] = _SET,
+    out: Path = typer.Option(None, "--out", help="Root folder; run i goes to <out>/gamma_<γ>."),
+    print_commands: bool = typer.Option(False, "--print-commands",
+                                        help="Print one accelerate command per γ (cluster) instead of running."),
+    accelerate_config: str = typer.Option("configs/accelerate/zero2.yaml", "--accelerate-config",
+                                          help="accelerate config used in the printed commands."),
+) -> None:
+    """Run one training per courage factor gamma, then report."""
+    from awarl.train import sweep
+    from awarl.train.config import ConfigError
+
+    try:
+        runs = sweep.plan(config, [*gamma, *(more_gammas or [])], overrides or [], str(out) if out else None)
+    except ConfigError as exc:
+        _fail(exc)
+    if print_commands:
+        for cmd in sweep.sweep_commands(config, runs, accelerate_config):
+            typer.echo(cmd)
+        typer.echo("# after evaluating each final model into <run>/eval:")
+        typer.echo(sweep.report_command(runs))
+        return
+    finals = sweep.run_sweep(config, runs, on_log=typer.echo)
+    for run, final in zip(runs, finals):
+        typer.echo(f"gamma={run.gamma:g}: {final}")
+    typer.echo("next: evaluate each model into <run>/eval, then")
+    typer.echo(sweep.report_command(runs))
+
+
+def export_command(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint folder (full weights or a LoRA adapter)."),
+    out: Path = typer.Option(..., "--out", help="Folder for the merged model + tokenizer + chat template."),
+    base_model: str = typer.Option(None, "--base-model", help="Base model of a LoRA adapter (default: the one "
+                                                              "recorded in adapter_config.json)."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16 or float16."),
+) -> None:
+    """Export a trained checkpoint (merging LoRA adapters) so `vllm serve` and the runner load it."""
+    from awarl.train.export import ExportError, export_checkpoint
+
+    try:
+        final = export_checkpoint(checkpoint, out, base_model=base_model, dtype=dtype)
+    except ExportError as exc:
+        _fail(exc)
+    typer.echo(f"exported to {final}")

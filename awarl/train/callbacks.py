@@ -1,0 +1,177 @@
+"""Trainer callbacks: penalty state in every checkpoint, a summary line per log, logging backends.
+
+The callbacks follow transformers' ``TrainerCallback`` protocol without importing it at module
+level (that would import torch): `Callback` answers every ``on_*`` event with a no-op, and the
+subclasses override the events they need.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from awarl.train.config import LoggingConfig
+
+PENALTY_STATE_FILE = "awa_penalty_state.json"
+"""File in each ``checkpoint-N`` folder that holds the dynamic-penalty state (Ē, P, step …)."""
+
+
+class Stateful(Protocol):
+    """What the reward module's dynamic penalty offers for checkpointing."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Callback:
+    """A ``transformers.TrainerCallback`` look-alike: every event is a no-op unless overridden."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("on_"):
+            return _noop
+        raise AttributeError(name)
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+# -- penalty state -------------------------------------------------------------------------------------------
+class PenaltyStateCallback(Callback):
+    """Write the dynamic-penalty state into every checkpoint folder (main process only: the
+    state is computed from the global batch, so every process holds the same one)."""
+
+    def __init__(self, penalty: Stateful):
+        self.penalty = penalty
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        save_penalty_state(self.penalty, folder, state.global_step)
+
+
+def save_penalty_state(penalty: Stateful, folder: str | Path, global_step: int) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / PENALTY_STATE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"global_step": global_step, "penalty": penalty.state_dict()}, indent=2))
+    tmp.replace(path)
+    return path
+
+
+def load_penalty_state(penalty: Stateful, checkpoint: str | Path) -> dict[str, Any]:
+    """Restore the penalty from ``checkpoint``; a checkpoint without the file is an error, since
+    resuming with a fresh penalty would silently change the reward."""
+    path = Path(checkpoint) / PENALTY_STATE_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no penalty state in this checkpoint; it was not written by `awarl train "
+                                f"grpo`, or the run used a different reward. Start without --resume.")
+    saved = json.loads(path.read_text())
+    penalty.load_state_dict(saved["penalty"])
+    return saved
+
+
+# -- summary line --------------------------------------------------------------------------------------------
+SUMMARY_KEYS: tuple[tuple[str, str, str], ...] = (
+    # (metric key, label, format)
+    ("loss", "loss", "{:.4f}"),
+    ("reward", "reward", "{:.3f}"),
+    ("awa/refusal_rate", "refuse", "{:.2f}"),
+    ("awa/expected_refusal_rate", "exp", "{:.2f}"),
+    ("awa/E", "E", "{:+.3f}"),
+    ("awa/E_ema", "Ē", "{:+.3f}"),
+    ("awa/penalty", "P", "{:+.2f}"),
+    ("awa/accuracy", "acc", "{:.2f}"),
+    ("awa/precision", "prec", "{:.2f}"),
+    ("awa/ra_f1", "RA-F1", "{:.2f}"),
+    ("awa/all_abstain_groups", "all-abst", "{:.2f}"),
+    ("env/searches_per_rollout", "search", "{:.1f}"),
+    ("tools/call_frequency", "calls", "{:.2f}"),
+)
+
+
+def summary_line(logs: dict[str, Any], step: int, max_steps: int, seconds_per_step: float | None) -> str:
+    """One line for a logging step; metrics absent from ``logs`` are left out.
+
+    >>> summary_line({"loss": 0.5, "awa/penalty": 0.1}, 3, 10, 2.0)
+    'step 3/10 | loss 0.5000 | P +0.10 | 2.00 s/step'
+    """
+    parts = [f"step {step}/{max_steps}"]
+    for key, label, fmt in SUMMARY_KEYS:
+        value = logs.get(key)
+        if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+            parts.append(f"{label} {fmt.format(value)}")
+    if seconds_per_step is not None:
+        parts.append(f"{seconds_per_step:.2f} s/step")
+    return " | ".join(parts)
+
+
+class SummaryCallback(Callback):
+    """Print `summary_line` on every log event of the main process (rich markup when available)."""
+
+    def __init__(self, prefix: str = "grpo", printer: Callable[[str], None] | None = None):
+        self.prefix = prefix
+        self.printer = printer
+        self._last: tuple[float, int] | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._last = (time.perf_counter(), state.global_step)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+            return
+        now = time.perf_counter()
+        per_step = None
+        if self._last is not None and state.global_step > self._last[1]:
+            per_step = (now - self._last[0]) / (state.global_step - self._last[1])
+        self._last = (now, state.global_step)
+        line = f"[{self.prefix}] " + summary_line(logs, state.global_step, state.max_steps, per_step)
+        if self.printer is not None:
+            self.printer(line)
+        else:
+            from rich.console import Console
+
+            Console(highlight=False).print(line, markup=False)
+
+
+class StepTimer(Callback):
+    """Wall time of each optimizer step (benchmarks)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._t0 = 0.0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.times.append(time.perf_counter() - self._t0)
+
+
+# -- logging backends ----------------------------------------------------------------------------------------
+def report_to(cfg: LoggingConfig) -> list[str]:
+    """Trainer integrations: the recipe's list, else tensorboard plus wandb when installed."""
+    if cfg.report_to is not None:
+        return list(cfg.report_to)
+    backends = ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
+    if importlib.util.find_spec("wandb") and cfg.wandb_mode != "disabled":
+        backends.append("wandb")
+    return backends or ["none"]
+
+
+def configure_logging(cfg: LoggingConfig, output_dir: str | Path) -> None:
+    """Environment for the backends: wandb offline by default (works without network), runs
+    stored next to the checkpoints. Variables the user already set win."""
+    os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
+    os.environ.setdefault("WANDB_PROJECT", cfg.wandb_project)
+    os.environ.setdefault("WANDB_DIR", str(Path(output_dir)))
+    Path(output_dir).mkdir(parents=True, exist_ok=True)

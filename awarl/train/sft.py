@@ -1,0 +1,239 @@
+"""Cold-start SFT: teach a model the agent protocol before GRPO.
+
+Examples are whole agent conversations in the chat-template message format: system, question,
+one or more ``search`` tool calls with their results, and a final ``<answer>…</answer>`` with
+citations (or the abstain phrase). They are built either
+
+- from **gold evidence** (`gold_conversations`): the question is searched and the results hold
+  the supporting passages among a few of the record's other passages; the final message cites
+  the supporting ids; unanswerable records end in an abstention; or
+- from **runner trajectories** (`trajectory_conversations`): rollouts of a model, re-scored
+  with the protocol scorer and kept when they were right (or abstained on an unanswerable
+  question).
+
+TRL's ``SFTTrainer`` trains on them with ``assistant_only_loss``: system, user and tool-result
+tokens get label -100, so the model learns to call the tool and answer, never to imitate the
+retriever.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from awarl.agent.protocol import (
+    ABSTAIN_PHRASE,
+    build_messages,
+    format_final,
+    score_text,
+    tool_call_message,
+    tool_result_message,
+)
+from awarl.data.records import DataError, Passage, QARecord, iter_jsonl, load_corpus, load_records
+from awarl.train.config import ConfigError, TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SFTData:
+    """Conversations for SFT and what was left out (with the reason), so nothing vanishes silently."""
+
+    conversations: list[list[dict]]
+    skipped: dict[str, int]
+
+
+# -- data ----------------------------------------------------------------------------------------------------
+def gold_conversations(
+    records: Sequence[QARecord],
+    passages: dict[str, Passage],
+    *,
+    topk: int = 3,
+    max_result_tokens: int | None = None,
+    system_prompt: str | None = None,
+    abstain_share: float = 0.0,
+    seed: int = 0,
+) -> SFTData:
+    """One conversation per record: search(question) -> passages -> cited answer, or abstain.
+
+    Every search result shows ``topk`` passages: supporting ones first-come, filled with the
+    record's other passages as distractors, in a seeded shuffled order. When the record needs
+    more supporting passages than fit in one result, the agent searches again with the next
+    passage's title (a multi-hop trajectory). Unanswerable records, and a share
+    ``abstain_share`` of answerable ones shown only distractors, end in an abstention.
+    """
+    from awarl.search.retriever import Hit, render
+
+    rng = random.Random(seed)
+    per_passage = max(8, max_result_tokens // topk) if max_result_tokens else None
+    out: list[list[dict]] = []
+    skipped: dict[str, int] = {}
+    for rec in records:
+        missing = [pid for pid in rec.supporting if pid not in passages]
+        if missing:
+            skipped["supporting passage not in corpus"] = skipped.get("supporting passage not in corpus", 0) + 1
+            continue
+        if rec.answerable and (not rec.supporting or not rec.answers):
+            skipped["answerable but no supporting passages or answers"] = (
+                skipped.get("answerable but no supporting passages or answers", 0) + 1)
+            continue
+        evidence_missing = not rec.answerable or rng.random() < abstain_share
+        support = [] if evidence_missing else list(rec.supporting)
+        distractors = [pid for pid in rec.passages if pid in passages and pid not in rec.supporting]
+        rng.shuffle(distractors)
+        messages = build_messages(rec.question, system_prompt)
+        per_call = max(1, topk - 1) if support else topk
+        groups = [support[i:i + per_call] for i in range(0, len(support), per_call)] or [[]]
+        for n, group in enumerate(groups):
+            fill = [distractors.pop() for _ in range(min(topk - len(group), len(distractors)))]
+            shown = group + fill
+            rng.shuffle(shown)
+            query = rec.question if n == 0 else passages[group[0]].title or rec.question
+            messages.append(tool_call_message(query))
+            hits = [Hit(passages[pid], 0.0) for pid in shown]
+            messages.append(tool_result_message(render(hits, per_passage) or "No passages found."))
+        final = format_final(ABSTAIN_PHRASE) if evidence_missing else format_final(rec.answers[0], support)
+        messages.append({"role": "assistant", "content": final})
+        out.append(messages)
+    return SFTData(out, skipped)
+
+
+def trajectory_conversations(
+    path: str | Path,
+    records: Sequence[QARecord],
+    *,
+    keep_outcomes: Sequence[str] = ("correct", "abstain"),
+    abstain_only_unanswerable: bool = True,
+) -> SFTData:
+    """Runner trajectories (JSONL rows with ``id`` and ``messages``) re-scored with the protocol
+    scorer against the records and kept by outcome."""
+    by_id = {r.id: r for r in records}
+    out: list[list[dict]] = []
+    skipped: dict[str, int] = {}
+    for lineno, row in iter_jsonl(path):
+        where = f"line {lineno}"
+        if not isinstance(row.get("messages"), list) or not row["messages"]:
+            raise DataError(path, where, "expected a non-empty list of chat messages", "messages")
+        rec = by_id.get(row.get("id"))
+        if rec is None:
+            raise DataError(path, where, f"id {row.get('id')!r} is not in the training records", "id")
+        messages = [m for m in row["messages"] if m.get("role") in ("system", "user", "assistant", "tool")]
+        if messages[-1].get("role") != "assistant":
+            skipped["does not end with an assistant message"] = skipped.get("does not end with an assistant message", 0) + 1
+            continue
+        outcome = score_text(messages, rec.answers, answerable=rec.answerable).outcome
+        keep = outcome in keep_outcomes and not (outcome == "abstain" and abstain_only_unanswerable and rec.answerable)
+        if not keep:
+            skipped[f"outcome {outcome}"] = skipped.get(f"outcome {outcome}", 0) + 1
+            continue
+        out.append([_clean_message(m) for m in messages])
+    return SFTData(out, skipped)
+
+
+def _clean_message(m: dict) -> dict:
+    """Only the keys the chat template reads; tool-call arguments as a dict."""
+    msg: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
+    if m.get("tool_calls"):
+        calls = []
+        for call in m["tool_calls"]:
+            fn = call.get("function", call)
+            args = fn.get("arguments", {})
+            calls.append({"type": "function",
+                          "function": {"name": fn["name"], "arguments": json.loads(args) if isinstance(args, str) else args}})
+        msg["tool_calls"] = calls
+    if m["role"] == "tool":
+        msg["name"] = m.get("name", "search")
+    return msg
+
+
+def search_tool_schema() -> dict:
+    """The ``search`` tool's JSON schema, from `SearchEnv.search`'s signature and docstring."""
+    from transformers.utils import get_json_schema
+
+    from awarl.agent.env import SearchEnv
+
+    return get_json_schema(SearchEnv.search)
+
+
+def to_dataset(conversations: Sequence[list[dict]], tools: Sequence[dict]):
+    """A ``datasets.Dataset`` with ``messages`` and ``tools`` (JSON text: the schema's nested
+    types would not fit one Arrow column type)."""
+    from datasets import Dataset
+
+    if not conversations:
+        raise ValueError("no SFT conversations to train on")
+    tools_json = json.dumps(list(tools))
+    return Dataset.from_list([{"messages": c, "tools": tools_json} for c in conversations])
+
+
+# -- training ------------------------------------------------------------------------------------------------
+def build_sft_data(config: TrainConfig) -> SFTData:
+    """Stage 1: the conversations the recipe asks for."""
+    if not config.data.records:
+        raise ConfigError("data.records is empty: set it to records.jsonl from `awarl data prepare`")
+    records = load_records(config.data.records)
+    if config.data.limit:
+        records = records[: config.data.limit]
+    if config.sft.source == "trajectories":
+        return trajectory_conversations(config.sft.trajectories, records, keep_outcomes=config.sft.keep_outcomes,
+                                        abstain_only_unanswerable=config.sft.abstain_only_unanswerable)
+    if not config.data.corpus:
+        raise ConfigError("sft.source 'gold' needs data.corpus (the passages the supporting ids point to)")
+    passages = {p.id: p for p in load_corpus(config.data.corpus)}
+    return gold_conversations(records, passages, topk=config.env.topk, max_result_tokens=config.env.max_result_tokens,
+                              system_prompt=config.data.system_prompt, abstain_share=config.sft.abstain_share,
+                              seed=config.seed)
+
+
+def sft_args(config: TrainConfig, output_dir: str | None = None):
+    """TRL ``SFTConfig`` from the recipe: awarl's defaults, then the recipe's ``sft.args``."""
+    from trl import SFTConfig
+
+    from awarl.train.callbacks import report_to
+
+    kwargs: dict[str, Any] = {
+        "output_dir": output_dir or config.output_dir,
+        "seed": config.seed,
+        "assistant_only_loss": True,  # tool results, system and user text carry no loss
+        "report_to": report_to(config.logging),
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "dataset_num_proc": None,
+    }
+    kwargs.update(config.sft.args)
+    if not kwargs["assistant_only_loss"]:
+        raise ConfigError("sft.args.assistant_only_loss must stay true: tool results must not be trained on")
+    return SFTConfig(**kwargs)
+
+
+def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[str], None] | None = None) -> Path:
+    """Run cold-start SFT and save the model with its tokenizer and chat template."""
+    from trl import SFTTrainer
+
+    from awarl.train.callbacks import SummaryCallback, configure_logging
+    from awarl.train.export import save_model
+    from awarl.train.grpo import load_model_and_tokenizer, peft_config
+
+    config.check_trainer_fields()
+    out = Path(output_dir or config.sft.output_dir or Path(config.output_dir) / "sft")
+    configure_logging(config.logging, out)
+    data = build_sft_data(config)
+    if data.skipped:
+        log.warning("SFT data: left out %s", ", ".join(f"{n} ({why})" for why, n in data.skipped.items()))
+    dataset = to_dataset(data.conversations, [search_tool_schema()])
+    model, tokenizer = load_model_and_tokenizer(config, config.sft.init_from)
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_args(config, str(out)),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config(config),
+        callbacks=[SummaryCallback(prefix="sft", printer=on_log)],
+    )
+    trainer.train()
+    return save_model(trainer.model, tokenizer, out / "final", merge_lora=True)
