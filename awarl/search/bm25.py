@@ -81,6 +81,8 @@ class BM25Index:
         tokens = bm25s.tokenize(
             texts, stopwords=settings.stopwords, stemmer=_make_stemmer(settings.stemmer), show_progress=show_progress
         )
+        if not tokens.vocab:
+            raise ValueError("no passage has a word left to index after stop-word removal")
         model = bm25s.BM25(k1=settings.k1, b=settings.b, method=settings.method)
         model.index(tokens, show_progress=show_progress)
         return cls(model, store, settings)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from awarl.agent.protocol import render_passage
 from awarl.data.records import Passage
 
 Scope = Literal["global", "closed"]
@@ -90,7 +91,8 @@ def truncate_words(text: str, max_tokens: int | None) -> str:
 
 
 def render(hits: Sequence[Hit], max_tokens: int | None = None) -> str:
-    """One line per hit, ``[<id>] <title>: <text>``, each text cut to ``max_tokens`` words.
+    """One line per hit, ``[<id>] <title>: <text>`` (`awarl.agent.protocol.render_passage`),
+    each text cut to ``max_tokens`` words.
 
     >>> render([Hit(Passage("d1", "Paris", "Paris is the capital of France."), 3.2)], max_tokens=3)
     '[d1] Paris: Paris is the …'
@@ -98,6 +100,5 @@ def render(hits: Sequence[Hit], max_tokens: int | None = None) -> str:
     lines = []
     for hit in hits:
         p = hit.passage
-        text = truncate_words(p.text, max_tokens)
-        lines.append(f"[{p.id}] {p.title}: {text}" if p.title else f"[{p.id}] {text}")
+        lines.append(render_passage(p.id, p.title, truncate_words(p.text, max_tokens)))
     return "\n".join(lines)
