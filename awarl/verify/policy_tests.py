@@ -1,0 +1,113 @@
+"""Policy tests in the shape of Bedrock's: a question, an answer, the expected aggregated result.
+
+A tests file (YAML or JSON) holds ``tests: [...]``; each test has ``question`` (Bedrock:
+``queryContent``), ``answer`` (``guardContent``, required), ``expected`` (Bedrock:
+``expectedAggregatedFindingsResult``) and optionally ``name`` and ``confidence_threshold``
+(``confidenceThreshold``). ``awarl verify test POLICY`` reads ``<policy stem>.tests.yaml`` next to
+the policy unless ``--tests`` names another file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from awarl.verify.findings import Finding, Result, aggregate
+from awarl.verify.policy import Policy
+from awarl.verify.reasoner import Reasoner, check
+from awarl.verify.translate import Translator
+
+_MAX_CHARS = 1024  # Bedrock's limit for both the question and the answer of a test
+
+
+@dataclass(frozen=True)
+class PolicyTest:
+    name: str
+    question: str
+    answer: str
+    expected: Result
+    confidence_threshold: float | None = None
+
+
+@dataclass
+class PolicyTestOutcome:
+    test: PolicyTest
+    actual: Result | None
+    findings: list[Finding]
+
+    @property
+    def passed(self) -> bool:
+        return self.actual is self.test.expected
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.test.name, "expected": self.test.expected.value,
+            "actual": self.actual.value if self.actual else None, "passed": self.passed,
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def default_tests_path(policy_path: str | Path) -> Path:
+    p = Path(policy_path)
+    return p.with_name(p.stem + ".tests.yaml")
+
+
+def load_policy_tests(path: str | Path) -> list[PolicyTest]:
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{path}: file not found")
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    items = data.get("tests") if isinstance(data, Mapping) else None
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a mapping with a 'tests' list")
+    return [_test_from(item, f"{path}, tests[{i}]", i) for i, item in enumerate(items)]
+
+
+def _pick(item: Mapping[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if k in item:
+            return item[k]
+    return None
+
+
+def _test_from(item: Any, where: str, i: int) -> PolicyTest:
+    if not isinstance(item, Mapping):
+        raise ValueError(f"{where}: expected a mapping")
+    question = _pick(item, "question", "queryContent", "query_content") or ""
+    answer = _pick(item, "answer", "guardContent", "guard_content")
+    expected = _pick(item, "expected", "expectedAggregatedFindingsResult", "expected_aggregated_findings_result")
+    if not isinstance(answer, str) or not answer.strip():
+        raise ValueError(f"{where}, field 'answer': missing or empty (Bedrock requires guard content)")
+    for field_name, value in (("question", question), ("answer", answer)):
+        if not isinstance(value, str) or len(value) > _MAX_CHARS:
+            raise ValueError(f"{where}, field '{field_name}': expected a string of at most {_MAX_CHARS} characters")
+    try:
+        result = Result(expected)
+    except ValueError:
+        raise ValueError(f"{where}, field 'expected': expected one of {[r.value for r in Result]}, got {expected!r}") from None
+    threshold = _pick(item, "confidence_threshold", "confidenceThreshold")
+    if threshold is not None and not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
+        raise ValueError(f"{where}, field 'confidence_threshold': expected a number in [0, 1]")
+    return PolicyTest(str(item.get("name") or f"test {i}"), question, answer, result, threshold)
+
+
+def run_policy_tests(
+    policy: Policy,
+    tests: Sequence[PolicyTest],
+    translator_for: Callable[[PolicyTest], Translator],
+    reasoner: Reasoner | None = None,
+) -> list[PolicyTestOutcome]:
+    """Run each test through translation and checking; ``translator_for`` may honour a test's
+    confidence threshold (the LLM translator does)."""
+    reasoner = reasoner or Reasoner(policy)
+    outcomes = []
+    for t in tests:
+        findings = check(policy, t.question, t.answer, translator_for(t), reasoner=reasoner)
+        outcomes.append(PolicyTestOutcome(t, aggregate(findings), findings))
+    return outcomes
