@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from awarl.agent.protocol import Score
+from awarl.eval.metrics import Metrics, compute_metrics
+
 OUTCOME_CODES = {"correct": 0, "wrong": 1, "unparsable": 2, "abstain": 3}
 
 
@@ -29,35 +32,15 @@ class RolloutRow:
     searches: int       # search calls; -1 when unknown
 
 
-@dataclass(frozen=True)
-class BatchMetrics:
-    """DESIGN §7 over one batch: P = correct/answered, A = correct/all, RA-F1 = 2PA/(P+A)."""
-
-    n: int
-    refusal_rate: float
-    precision: float
-    accuracy: float
-    ra_f1: float
-
-
-def batch_metrics(outcomes: Sequence[str]) -> BatchMetrics:
-    """Precision, accuracy, RA-F1 and refusal rate of a batch of outcomes (an unparsable answer
-    counts as answered and wrong; 0 when nothing was answered).
+def batch_metrics(outcomes: Sequence[str]) -> Metrics:
+    """DESIGN §7 over one batch of outcomes, through the evaluation's own `compute_metrics`, so
+    training logs and evaluation reports can never disagree (an unparsable reply is not an answer).
 
     >>> m = batch_metrics(["correct", "wrong", "abstain", "abstain"])
     >>> (m.precision, m.accuracy, round(m.ra_f1, 4), m.refusal_rate)
     (0.5, 0.25, 0.3333, 0.5)
     """
-    n = len(outcomes)
-    if n == 0:
-        return BatchMetrics(0, 0.0, 0.0, 0.0, 0.0)
-    correct = sum(o == "correct" for o in outcomes)
-    abstained = sum(o == "abstain" for o in outcomes)
-    answered = n - abstained
-    precision = correct / answered if answered else 0.0
-    accuracy = correct / n
-    ra_f1 = 2 * precision * accuracy / (precision + accuracy) if precision + accuracy > 0 else 0.0
-    return BatchMetrics(n, abstained / n, precision, accuracy, ra_f1)
+    return compute_metrics([Score(outcome, 0.0, 0.0) for outcome in outcomes])
 
 
 def group_key(row_id: Any, prompt: Any) -> int:

@@ -7,7 +7,6 @@ import pickle
 import socket
 
 import pytest
-from reward_judge_replay import ReplayJudgeServer
 
 from awarl.data.records import Passage
 from awarl.rewards import LLMJudge, RewardConfig, build_reward_funcs
@@ -21,8 +20,8 @@ def request(question="q", cited=("d1", "d3"), passages=GOOD):
 
 
 @pytest.fixture
-def server():
-    with ReplayJudgeServer(hang_s=1.0) as srv:
+def server(replay_server):
+    with replay_server(hang_s=1.0) as srv:
         yield srv
 
 
@@ -100,8 +99,8 @@ def test_connection_refused_is_a_counted_failure():
     assert judge.stats.failures["connection"] == 1
 
 
-def test_concurrency_is_bounded(tmp_path):
-    with ReplayJudgeServer(latency_s=0.05) as srv:
+def test_concurrency_is_bounded(replay_server):
+    with replay_server(latency_s=0.05) as srv:
         judge = judge_for(srv, concurrency=4)
         results = judge.judge_many([request(f"q{i}") for i in range(16)])
         assert all(r is not None for r in results)
