@@ -140,7 +140,7 @@ class SummaryCallback(Callback):
         else:
             from rich.console import Console
 
-            Console(highlight=False).print(line, markup=False)
+            Console(highlight=False, soft_wrap=True).print(line, markup=False)
 
 
 class StepTimer(Callback):

@@ -95,10 +95,11 @@ class EnvConfig:
     topk: int = _doc("Passages returned per search.", default=3)
     max_searches: int = _doc("Search budget per rollout; also TRL's max_tool_calling_iterations unless set there.",
                              default=4)
-    max_result_tokens: int = _doc("Token budget of one search result (passages are cut to fit).", default=256)
+    max_passage_words: int = _doc("Words kept of each returned passage (keeps results inside "
+                                  "grpo.max_completion_length, which counts tool results).", default=100)
 
     def __post_init__(self) -> None:
-        for name in ("topk", "max_searches", "max_result_tokens"):
+        for name in ("topk", "max_searches", "max_passage_words"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"env.{name} must be > 0, got {getattr(self, name)}")
 

@@ -102,9 +102,9 @@ def configure_env(config: TrainConfig) -> type:
 
     data = config.data
     if data.retriever_url:
-        from awarl.search.client import SearchClient
+        from awarl.search.client import HttpRetriever
 
-        retriever = SearchClient(data.retriever_url)
+        retriever = HttpRetriever(data.retriever_url)
     elif data.index:
         from awarl.search.index import load_index
 
@@ -116,28 +116,18 @@ def configure_env(config: TrainConfig) -> type:
         retriever = BM25Index.build(load_corpus(data.corpus))
     else:
         raise ConfigError("the search tool needs data.corpus, data.index or data.retriever_url")
-    SearchEnv.configure(retriever, topk=config.env.topk, max_searches=config.env.max_searches,
-                        max_result_tokens=config.env.max_result_tokens, scope=data.scope)
-    return SearchEnv
+    return SearchEnv.configure(retriever, topk=config.env.topk, max_searches=config.env.max_searches,
+                               max_tokens=config.env.max_passage_words, scope=data.scope)
 
 
 # -- stage 4: rewards ----------------------------------------------------------------------------------------
-def build_rewards(config: TrainConfig) -> tuple[list[Callable], list[float] | None, Any]:
-    """Reward functions, their weights, and the stateful reward whose penalty is checkpointed."""
-    from awarl.rewards import build_reward_funcs
+def build_rewards(config: TrainConfig) -> tuple[list[Callable], list[float], Any]:
+    """Reward functions, their weights, and the stateful answer/abstain reward whose penalty
+    state is checkpointed."""
+    from awarl.rewards import answer_abstain_reward, build_reward_funcs
 
-    funcs, weights = _as_funcs_and_weights(build_reward_funcs(config.reward))
-    stateful = next((f for f in funcs if hasattr(f, "state_dict") and hasattr(f, "load_state_dict")), None)
-    if stateful is None:
-        raise RuntimeError("build_reward_funcs returned no reward with state_dict/load_state_dict; the penalty "
-                           "state could not be checkpointed")
-    return funcs, weights, stateful
-
-
-def _as_funcs_and_weights(built: Any) -> tuple[list[Callable], list[float] | None]:
-    if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], list):
-        return list(built[0]), list(built[1]) if built[1] is not None else None
-    return list(built), None
+    funcs, weights = build_reward_funcs(config.reward)
+    return funcs, weights, answer_abstain_reward(funcs)
 
 
 # -- stage 5: trainer arguments ------------------------------------------------------------------------------

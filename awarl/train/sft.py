@@ -54,7 +54,7 @@ def gold_conversations(
     passages: dict[str, Passage],
     *,
     topk: int = 3,
-    max_result_tokens: int | None = None,
+    max_passage_words: int | None = None,
     system_prompt: str | None = None,
     abstain_share: float = 0.0,
     seed: int = 0,
@@ -70,7 +70,6 @@ def gold_conversations(
     from awarl.search.retriever import Hit, render
 
     rng = random.Random(seed)
-    per_passage = max(8, max_result_tokens // topk) if max_result_tokens else None
     out: list[list[dict]] = []
     skipped: dict[str, int] = {}
     for rec in records:
@@ -96,7 +95,7 @@ def gold_conversations(
             query = rec.question if n == 0 else passages[group[0]].title or rec.question
             messages.append(tool_call_message(query))
             hits = [Hit(passages[pid], 0.0) for pid in shown]
-            messages.append(tool_result_message(render(hits, per_passage) or "No passages found."))
+            messages.append(tool_result_message(render(hits, max_passage_words) or "No passages found."))
         final = format_final(ABSTAIN_PHRASE) if evidence_missing else format_final(rec.answers[0], support)
         messages.append({"role": "assistant", "content": final})
         out.append(messages)
@@ -153,11 +152,9 @@ def _clean_message(m: dict) -> dict:
 
 def search_tool_schema() -> dict:
     """The ``search`` tool's JSON schema, from `SearchEnv.search`'s signature and docstring."""
-    from transformers.utils import get_json_schema
+    from awarl.agent.env import tool_schema
 
-    from awarl.agent.env import SearchEnv
-
-    return get_json_schema(SearchEnv.search)
+    return tool_schema()
 
 
 def to_dataset(conversations: Sequence[list[dict]], tools: Sequence[dict]):
@@ -185,7 +182,7 @@ def build_sft_data(config: TrainConfig) -> SFTData:
     if not config.data.corpus:
         raise ConfigError("sft.source 'gold' needs data.corpus (the passages the supporting ids point to)")
     passages = {p.id: p for p in load_corpus(config.data.corpus)}
-    return gold_conversations(records, passages, topk=config.env.topk, max_result_tokens=config.env.max_result_tokens,
+    return gold_conversations(records, passages, topk=config.env.topk, max_passage_words=config.env.max_passage_words,
                               system_prompt=config.data.system_prompt, abstain_share=config.sft.abstain_share,
                               seed=config.seed)
 
