@@ -341,9 +341,12 @@ def _smt_text(expr: z3.ExprRef) -> str:
 
 def _z3_problem(exc: z3.Z3Exception, expression: str) -> str:
     raw = exc.value.decode() if isinstance(exc.value, bytes) else str(exc.value)
-    msg = re.sub(r'^\(error "line \d+ column \d+: ', "", raw.strip()).rstrip('")\n ')
+    msg = " ".join(re.sub(r'^\(error "line \d+ column \d+: ', "", raw.strip()).rstrip('")\n ').split())
     if "unknown constant" in msg:
-        return f"unknown variable {msg.split('unknown constant', 1)[1].strip()!r} in {expression!r}"
+        name = (msg.split("unknown constant", 1)[1].split() or ["?"])[0]
+        if name in _SMT_WORDS:
+            return f"bad SMT-LIB: wrong arguments to '{name}' in {expression!r}"
+        return f"unknown variable {name!r} in {expression!r}"
     if "not Boolean" in msg:
         return f"type mismatch: the expression is not boolean: {expression!r}"
     if "ort mismatch" in msg or "incompatible" in msg or "invalid function application" in msg:
