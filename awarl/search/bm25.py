@@ -28,7 +28,13 @@ from awarl.search.store import PassageStore
 
 _BM25S_DIR = "bm25s"
 
-logging.getLogger("bm25s").setLevel(logging.WARNING)
+
+
+def _bm25s():
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s logs every build at DEBUG
+    return bm25s
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,7 @@ class BM25Index:
 
     @classmethod
     def build(cls, passages: Sequence[Passage], settings: BM25Settings | None = None, show_progress: bool = False) -> "BM25Index":
-        import bm25s
-
+        bm25s = _bm25s()
         settings = settings or BM25Settings()
         if not passages:
             raise ValueError("cannot index an empty corpus")
@@ -99,8 +104,7 @@ class BM25Index:
     @classmethod
     def load(cls, index_dir: str | Path, mmap: bool = True) -> "BM25Index":
         """Open a saved index; with ``mmap`` the score arrays and passage texts stay on disk."""
-        import bm25s
-
+        bm25s = _bm25s()
         index_dir = Path(index_dir)
         meta = read_meta(index_dir, expect_kind=cls.kind)
         try:
@@ -134,9 +138,7 @@ class BM25Index:
     # --- scoring --------------------------------------------------------------------------
 
     def _query_token_ids(self, queries: Sequence[str]) -> list[np.ndarray]:
-        import bm25s
-
-        tokens = bm25s.tokenize(
+        tokens = _bm25s().tokenize(
             list(queries), stopwords=self.settings.stopwords, stemmer=self._stemmer, return_ids=False, show_progress=False
         )
         vocab = self._vocab

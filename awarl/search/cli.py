@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from awarl.data.records import DataError
 from awarl.search.retriever import SearchError
@@ -18,7 +19,7 @@ console = Console(stderr=True)
 
 
 def _fail(exc: Exception) -> None:
-    console.print(f"[red]error:[/red] {exc}")
+    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
     raise typer.Exit(1)
 
 

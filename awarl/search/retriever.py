@@ -72,20 +72,19 @@ def check_request(queries: Sequence[str], k: int, allowed: Sequence[Sequence[str
 
 
 def truncate_words(text: str, max_tokens: int | None) -> str:
-    """Keep the first ``max_tokens`` whitespace tokens of ``text``, marking a cut with "…".
+    """Keep the first ``max_tokens`` whitespace tokens of ``text``, marking a cut with "…";
+    runs of whitespace (newlines too) become one space, so a passage stays on one line.
 
     Whitespace tokens stand in for model tokens (a model tokenizer gives about 1.3 per word
     in English prose), so a budget stays meaningful whatever model reads the results.
 
     >>> truncate_words("one two three four", 2)
     'one two …'
-    >>> truncate_words("one two", 5)
+    >>> truncate_words("one   two", None)
     'one two'
     """
-    if max_tokens is None:
-        return text
     words = text.split()
-    if len(words) <= max_tokens:
+    if max_tokens is None or len(words) <= max_tokens:
         return " ".join(words)
     return " ".join(words[:max_tokens]) + " …"
 
