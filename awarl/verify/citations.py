@@ -33,6 +33,7 @@ from awarl.verify.http import BackendError, OpenAIChatBackend
 
 _CITE_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63})\]")
 _TAG_RE = re.compile(r"</?answer>", re.I)
+_LEAD_RE = re.compile(r"^\s*(?:\[[A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63}\]\s*)+")
 _SENT_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 
 # Function words carry no evidence; a sentence made only of them cannot be judged lexically.
@@ -237,11 +238,13 @@ def cited_sentences(answer: str) -> list[CitedSentence]:
     """
     out: list[CitedSentence] = []
     for raw in _SENT_RE.split(_TAG_RE.sub(" ", answer or "")):
+        lead = _LEAD_RE.match(raw)
+        if lead and out:  # markers opening a chunk trail the sentence before it
+            out[-1].ids.extend(i for i in extract_citations(lead.group(0)) if i not in out[-1].ids)
+            raw = raw[lead.end() :]
         ids = extract_citations(raw)
-        text = " ".join(_CITE_RE.sub(" ", raw).split())
-        if not re.search(r"\w", text) and out:
-            out[-1].ids.extend(i for i in ids if i not in out[-1].ids)
-        elif text or ids:
+        text = re.sub(r"\s+([.,;:!?])", r"\1", " ".join(_CITE_RE.sub(" ", raw).split()))
+        if text or ids:
             out.append(CitedSentence(text, ids))
     return out
 

@@ -1,0 +1,165 @@
+"""Translators: the pattern translator on the shipped policy, the LLM translator with a scripted
+backend and over a real local HTTP server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from awarl.verify.findings import Ambiguity, Result, Translation, aggregate
+from awarl.verify.http import BackendError, OpenAIChatBackend
+from awarl.verify.policy import load_policy
+from awarl.verify.reasoner import check
+from awarl.verify.translate import LLMTranslator, PatternTranslator, TranslationError
+
+PRICING = Path(__file__).resolve().parents[2] / "configs" / "policies" / "pricing.yaml"
+
+
+@pytest.fixture(scope="module")
+def pricing():
+    return load_policy(PRICING)
+
+
+def test_pattern_translator_reads_premises_from_the_question_and_claims_per_sentence(pricing):
+    items = PatternTranslator().translate(
+        "I am a gold member buying a regular-priced jacket for $80. What discount do I get?",
+        "You get 15% off. Shipping is free. Thanks for asking!",
+        pricing,
+    )
+    assert len(items) == 2
+    first, second = items
+    assert [s.logic for s in first.premises] == ["(= tier gold)", "(= order_total 80.0)", "(not is_sale_item)"]
+    assert [s.logic for s in first.claims] == ["(= discount_percent 15)"]
+    assert [s.logic for s in second.claims] == ["free_shipping"]
+    assert first.claims[0].natural_language == "15%"
+    assert first.untranslated_premises == ["What discount do I get?"]
+    assert first.untranslated_claims == ["Thanks for asking!"]
+    assert first.confidence == 1.0
+
+
+def test_pattern_translator_negations_win_over_plain_phrases(pricing):
+    [t] = PatternTranslator().translate("I am not a member.", "You will pay for shipping.", pricing)
+    assert [s.logic for s in t.premises] == ["(= tier none)"]
+    assert [s.logic for s in t.claims] == ["(not free_shipping)"]
+
+
+def test_pattern_translator_nothing_matched_is_no_translations(pricing):
+    findings = check(pricing, "Hi", "Have a nice day.", PatternTranslator())
+    assert [f.result for f in findings] == [Result.NO_TRANSLATIONS]
+    assert findings[0].translation.untranslated_claims == ["Have a nice day."]
+
+
+def _sample(premises, claims, untranslated=()):
+    return json.dumps({
+        "statements": [{"premises": [{"logic": p, "natural_language": p} for p in premises],
+                        "claims": [{"logic": c, "natural_language": c} for c in claims]}],
+        "untranslated_premises": [], "untranslated_claims": list(untranslated),
+    })
+
+
+class Scripted:
+    """A generation backend that replays fixed completions and records what it was asked."""
+
+    def __init__(self, completions):
+        self.completions, self.calls = completions, []
+
+    def generate(self, prompts, n, temperature):
+        self.calls.append((prompts, n, temperature))
+        return [self.completions[:n] for _ in prompts]
+
+
+Q = "I am a gold member buying regular-priced items. What discount do I get?"
+A = "You get 15% off."
+
+
+def test_llm_translator_agreeing_samples_give_full_confidence(pricing):
+    backend = Scripted([
+        _sample(["(= tier gold)", "(not is_sale_item)"], ["(= discount_percent 15)"]),
+        _sample(["(not is_sale_item)", "(= tier gold)"], ["(= 15 discount_percent)"]),  # same meaning, other text
+        "```json\n" + _sample(["(= tier gold)", "(= is_sale_item false)"], ["(= discount_percent 15)"]) + "\n```",
+    ])
+    translator = LLMTranslator(backend, samples=3, temperature=0.5)
+    [t] = translator.translate(Q, A, pricing)
+    assert isinstance(t, Translation) and t.confidence == 1.0
+    assert backend.calls[0][1:] == (3, 0.5)
+    assert "discount_percent: int" in backend.calls[0][0][0] and "Tier: values none, silver, gold" in backend.calls[0][0][0]
+    findings = check(pricing, Q, A, translator)
+    assert aggregate(findings) is Result.VALID
+
+
+def test_llm_translator_disagreement_below_threshold_is_translation_ambiguous(pricing):
+    gold = _sample(["(= tier gold)", "(not is_sale_item)"], ["(= discount_percent 15)"])
+    silver = _sample(["(= tier silver)", "(not is_sale_item)"], ["(= discount_percent 15)"])
+    backend = Scripted([gold, silver, gold, "not json at all", gold])
+    translator = LLMTranslator(backend, samples=5, threshold=0.8)
+    [item] = translator.translate(Q, A, pricing)
+    assert isinstance(item, Ambiguity)
+    assert item.confidence == pytest.approx(3 / 5)  # the broken sample is a dissenting vote
+    assert len(translator.rejected) == 1 and "no JSON object" in translator.rejected[0]
+    leading, second = item.options
+    assert [s.logic for s in leading[0].premises][0] == "(= tier gold)" and leading[0].confidence == pytest.approx(0.6)
+    assert [s.logic for s in second[0].premises][0] == "(= tier silver)" and second[0].confidence == pytest.approx(0.2)
+    [finding] = check(pricing, Q, A, translator)
+    assert finding.result is Result.TRANSLATION_AMBIGUOUS
+    # Scenarios are drawn under the policy: the silver reading (15% for silver) breaks a rule,
+    # so the only situation where the readings differ is one where the gold reading holds.
+    assert [s.assignments["tier"] for s in finding.difference_scenarios] == ["gold"]
+    assert finding.difference_scenarios[0].assignments["discount_percent"] == 15
+
+
+def test_llm_translator_at_threshold_keeps_the_leader(pricing):
+    gold = _sample(["(= tier gold)"], ["(= discount_percent 15)"])
+    other = _sample(["(= tier gold)"], ["(= discount_percent 10)"])
+    [t] = LLMTranslator(Scripted([gold, gold, gold, other]), samples=4, threshold=0.75).translate(Q, A, pricing)
+    assert isinstance(t, Translation) and t.confidence == 0.75 and t.claims[0].logic == "(= discount_percent 15)"
+
+
+def test_llm_translator_untranslated_text_only_is_no_translations(pricing):
+    empty = json.dumps({"statements": [], "untranslated_premises": ["Hello"], "untranslated_claims": ["Nice weather."]})
+    translator = LLMTranslator(Scripted([empty, empty]), samples=2)
+    findings = check(pricing, "Hello", "Nice weather.", translator)
+    assert [f.result for f in findings] == [Result.NO_TRANSLATIONS]
+    assert findings[0].translation.untranslated_claims == ["Nice weather."]
+
+
+def test_llm_translator_rejects_unknown_variables_and_fails_loudly_when_nothing_parses(pricing):
+    bad = _sample(["(= membership gold)"], ["(= discount_percent 15)"])
+    translator = LLMTranslator(Scripted([bad, "{broken"]), samples=2)
+    with pytest.raises(TranslationError, match="none of 2 samples parsed.*unknown variable 'membership'"):
+        translator.translate(Q, A, pricing)
+
+
+def test_llm_translator_over_a_local_openai_compatible_server(pricing, chat_server):
+    gold = _sample(["(= tier gold)", "(not is_sale_item)"], ["(= discount_percent 15)"])
+    silver = _sample(["(= tier silver)", "(not is_sale_item)"], ["(= discount_percent 15)"])
+    calls = {"n": 0}
+
+    def reply(body):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return 503, []  # a transient failure is retried
+        # This server ignores n and returns one choice; the client asks again for the rest.
+        return 200, [gold if calls["n"] % 2 == 0 else silver]
+
+    server = chat_server(reply)
+    backend = OpenAIChatBackend(server.base_url, "translator", timeout_s=5, retries=2, backoff_s=0.01)
+    translator = LLMTranslator(backend, samples=4, threshold=1.0)
+    [item] = translator.translate(Q, A, pricing)
+    assert isinstance(item, Ambiguity) and item.confidence == 0.5
+    assert server.requests[0]["path"] == "/v1/chat/completions"
+    assert server.requests[1]["body"]["n"] == 4 and server.requests[-1]["body"]["n"] == 1
+    assert server.requests[1]["body"]["model"] == "translator"
+
+
+def test_http_backend_gives_up_with_a_clear_error(chat_server):
+    server = chat_server(lambda body: (500, []))
+    backend = OpenAIChatBackend(server.base_url, "m", timeout_s=5, retries=1, backoff_s=0.01)
+    with pytest.raises(BackendError, match=r"failed after 2 attempts; last error: HTTP 500"):
+        backend.generate(["hi"], n=1, temperature=0.0)
+    assert len(server.requests) == 2
+    bad_request = chat_server(lambda body: (400, []))
+    with pytest.raises(BackendError, match="HTTP 400"):
+        OpenAIChatBackend(bad_request.base_url, "m", retries=3, backoff_s=0.01).generate(["hi"], 1, 0.0)
+    assert len(bad_request.requests) == 1  # a client error is not retried
