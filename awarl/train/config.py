@@ -223,6 +223,11 @@ class TrainConfig:
             log.warning("grpo.vllm_mode 'server' with multi-turn tool calls can hang when several training "
                         "processes generate; the safe setting is vllm_mode 'colocate' with "
                         "vllm_tensor_parallel_size 1 (see docs/training.md)")
+        save_steps, per_gen = self.grpo.get("save_steps"), self.grpo.get("steps_per_generation")
+        if isinstance(save_steps, int) and isinstance(per_gen, int) and save_steps % per_gen:
+            # A checkpoint inside a generation batch would make a resumed run generate that batch anew.
+            raise ConfigError(f"grpo.save_steps ({save_steps}) must be a multiple of grpo.steps_per_generation "
+                              f"({per_gen}) so a resumed run continues exactly where the checkpoint left off")
         gen = self.grpo.get("num_generations")
         if gen is not None and gen < 2:
             raise ConfigError(f"grpo.num_generations must be >= 2 for group-relative advantages, got {gen}")

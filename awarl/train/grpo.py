@@ -245,13 +245,13 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
 
 
 def main(config: TrainConfig, *, resume: str | None = None, output_dir: str | None = None,
-         on_log: Callable[[str], None] | None = None) -> Path:
+         on_log: Callable[[str], None] | None = None, extra_callbacks: Sequence[Any] = ()) -> Path:
     """Train; returns the folder of the final model (weights, tokenizer, chat template)."""
     from awarl.train.callbacks import load_penalty_state
     from awarl.train.export import save_model
 
     out = Path(output_dir or config.output_dir)
-    trainer, stateful = build_trainer(config, str(out), on_log=on_log)
+    trainer, stateful = build_trainer(config, str(out), extra_callbacks, on_log=on_log)
     checkpoint = resume_checkpoint(resume, out)
     if checkpoint is not None:
         saved = load_penalty_state(stateful, checkpoint)

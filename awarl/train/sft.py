@@ -208,29 +208,43 @@ def sft_args(config: TrainConfig, output_dir: str | None = None):
     return SFTConfig(**kwargs)
 
 
-def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[str], None] | None = None) -> Path:
-    """Run cold-start SFT and save the model with its tokenizer and chat template."""
+def build_trainer(config: TrainConfig, output_dir: str | Path, on_log: Callable[[str], None] | None = None):
+    """The data stage and a TRL ``SFTTrainer`` ready to train."""
     from trl import SFTTrainer
 
     from awarl.train.callbacks import SummaryCallback, configure_logging
-    from awarl.train.export import save_model
     from awarl.train.grpo import load_model_and_tokenizer, peft_config
 
     config.check_trainer_fields()
-    out = Path(output_dir or config.sft.output_dir or Path(config.output_dir) / "sft")
-    configure_logging(config.logging, out)
+    configure_logging(config.logging, output_dir)
     data = build_sft_data(config)
     if data.skipped:
         log.warning("SFT data: left out %s", ", ".join(f"{n} ({why})" for why, n in data.skipped.items()))
     dataset = to_dataset(data.conversations, [search_tool_schema()])
     model, tokenizer = load_model_and_tokenizer(config, config.sft.init_from)
-    trainer = SFTTrainer(
+    return SFTTrainer(
         model=model,
-        args=sft_args(config, str(out)),
+        args=sft_args(config, str(output_dir)),
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config(config),
-        callbacks=[SummaryCallback(prefix="sft", printer=on_log)],
+        callbacks=[SummaryCallback(prefix="sft", printer=on_log)] if config.logging.summary else [],
     )
+
+
+def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[str], None] | None = None) -> Path:
+    """Run cold-start SFT; the model, its tokenizer and chat template go to ``<output>/final``."""
+    from awarl.train.export import save_model
+
+    out = Path(output_dir or config.sft.output_dir or Path(config.output_dir) / "sft")
+    trainer = build_trainer(config, out, on_log)
     trainer.train()
-    return save_model(trainer.model, tokenizer, out / "final", merge_lora=True)
+    final = out / "final"
+    if config.model.lora:
+        if trainer.accelerator.is_main_process:
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            save_model(model, trainer.processing_class, final, merge_lora=True)
+    else:
+        trainer.save_model(str(final))
+    trainer.accelerator.wait_for_everyone()
+    return final

@@ -1,0 +1,57 @@
+"""Cold-start SFT: tool results and prompts carry no loss; the model trains and saves with its template."""
+
+from __future__ import annotations
+
+import torch
+
+from awarl.train import sft
+from awarl.train.config import TrainConfig
+
+from .conftest import TINY_RECIPE
+
+
+def test_gold_conversations_cite_support_and_abstain(hotpot_prepared):
+    records, passages = hotpot_prepared
+    data = sft.gold_conversations(records[:10], {p.id: p for p in passages}, topk=3, abstain_share=0.3, seed=1)
+    assert len(data.conversations) == 10 and not data.skipped
+    for rec, conv in zip(records, data.conversations):
+        assert [m["role"] for m in conv[:4]] == ["system", "user", "assistant", "tool"]
+        final = conv[-1]["content"]
+        shown = " ".join(m["content"] for m in conv if m["role"] == "tool")
+        if "not enough information" in final:
+            assert not any(f"[{pid}]" in shown for pid in rec.supporting)  # evidence really missing
+        else:
+            assert final.startswith(f"<answer>{rec.answers[0]}</answer>")
+            assert all(f"[{pid}]" in final and f"[{pid}]" in shown for pid in rec.supporting)
+
+
+def test_sft_masks_tool_results_and_trains(tiny_model_dir, train_files, tmp_path):
+    cfg = TrainConfig.from_yaml(TINY_RECIPE, [
+        f"sft.init_from={tiny_model_dir}", f"data.records={train_files['records']}",
+        f"data.corpus={train_files['corpus']}", "data.limit=8", "logging.report_to=[none]",
+        "sft.args.max_steps=2", "sft.args.per_device_train_batch_size=4",
+    ])
+    trainer = sft.build_trainer(cfg, tmp_path)
+    tok = trainer.processing_class
+    row = trainer.train_dataset[0]
+    ids, labels = row["input_ids"], trainer.data_collator([row])["labels"][0].tolist()
+    trained = tok.decode([t for t, lab in zip(ids, labels) if lab != -100])
+    masked = tok.decode([t for t, lab in zip(ids, labels) if lab == -100])
+    # the tool call and the final answer are trained on ...
+    assert "<tool_call>" in trained and "<answer>" in trained and "<|im_end|>" in trained
+    # ... the tool results, the question and the system prompt are not
+    assert "<tool_response>" in masked and "<tool_response>" not in trained
+    assert "Use the search tool" in masked and "Use the search tool" not in trained
+    first_result = next(m["content"] for m in row["messages"] if m["role"] == "tool").splitlines()[0]
+    assert first_result[:40] in masked and first_result[:40] not in trained
+
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.train()
+    after = trainer.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    trainer.save_model(str(tmp_path / "final"))  # what `sft.main` does after training
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    saved = AutoTokenizer.from_pretrained(tmp_path / "final")
+    assert saved.chat_template == qwen2_5_chat_template and saved.eos_token == "<|im_end|>"
