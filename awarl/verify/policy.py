@@ -119,6 +119,7 @@ class Policy:
     consts: dict[str, z3.ExprRef] = field(default_factory=dict, repr=False)
     enum_values: dict[str, str] = field(default_factory=dict, repr=False)  # value name -> type name
     compiled: dict[str, z3.BoolRef] = field(default_factory=dict, repr=False)
+    _parsed: dict[str, z3.BoolRef] = field(default_factory=dict, init=False, repr=False)  # parsing costs ~2 ms
 
     def __post_init__(self) -> None:
         self._declare()
@@ -214,6 +215,8 @@ class Policy:
 
     def parse(self, expression: str, where: str = "expression") -> z3.BoolRef:
         """Parse one SMT-LIB boolean term over the policy's variables."""
+        if isinstance(expression, str) and expression in self._parsed:
+            return self._parsed[expression]
         if not isinstance(expression, str) or not expression.strip():
             raise PolicyError(self.source, where, "empty expression")
         tokens = _TOKEN_RE.findall(expression)
@@ -242,6 +245,7 @@ class Policy:
             terms = z3.parse_smt2_string(f"(assert {expression})", sorts=self.sorts, decls=self.consts, ctx=self.ctx)
         except z3.Z3Exception as exc:
             raise PolicyError(self.source, where, _z3_problem(exc, expression)) from None
+        self._parsed[expression] = terms[0]
         return terms[0]
 
     def value_expr(self, name: str, value: Any) -> z3.ExprRef:

@@ -71,6 +71,8 @@ class Reasoner:
         # Names start with "__": policy names must start with a letter, so they cannot collide.
         self._lits = [z3.Bool(f"__rule_{i}", ctx) for i in range(len(policy.rules))]
         self._index = {lit.get_id(): i for i, lit in enumerate(self._lits)}
+        self._lit_asts = [lit.as_ast() for lit in self._lits]
+        self._guarded = [z3.Implies(lit, policy.compiled[r.id]) for lit, r in zip(self._lits, policy.rules)]
 
     # -- public --------------------------------------------------------------------------------
     def check(self, item: Translation | Ambiguity) -> Finding:
@@ -94,9 +96,16 @@ class Reasoner:
 
     # -- the decision procedure ------------------------------------------------------------
     def _decide(self, t: Translation, premises: list[z3.BoolRef], claims: list[z3.BoolRef], clock: _Clock) -> Finding:
-        ctx = self.policy.ctx
         warning = self._logic_warning(t, premises, claims, clock)
-        s = self._solver()
+        # A fresh solver per check: a reused one keeps learned lemmas, which changes models and
+        # cores from one call to the next; determinism is worth the few ms of re-adding rules.
+        return self._decide_in(self._solver(), t, premises, claims, warning, clock)
+
+    def _decide_in(
+        self, s: z3.Solver, t: Translation, premises: list[z3.BoolRef], claims: list[z3.BoolRef],
+        warning: LogicWarning | None, clock: _Clock,
+    ) -> Finding:
+        ctx = self.policy.ctx
         s.add(*premises)
         if self._run(s, clock, "rules and premises") == z3.unsat:
             core = self._core(s, clock)
@@ -107,9 +116,11 @@ class Reasoner:
 
         s.push()
         s.add(z3.Not(claim, ctx))
-        if self._run(s, clock, "rules, premises and negated claims") == z3.unsat:
-            core = self._core(s, clock)
-            s.pop()
+        negated = self._run(s, clock, "rules, premises and negated claims")
+        core = self._core(s, clock) if negated == z3.unsat else []
+        false_model = s.model() if negated == z3.sat else None
+        s.pop()
+        if negated == z3.unsat:
             s.add(claim)
             self._run(s, clock, "claims-true scenario")
             shown = self._relevant(premises, claims, core)
@@ -117,8 +128,6 @@ class Reasoner:
                 Result.VALID, translation=t, supporting_rules=self._refs(core),
                 claims_true_scenario=self._scenario(s.model(), shown), logic_warning=warning,
             )
-        false_model = s.model()
-        s.pop()
 
         s.add(claim)
         if self._run(s, clock, "rules, premises and claims") == z3.unsat:
@@ -157,7 +166,7 @@ class Reasoner:
                 s = self._solver()
                 s.add(formulas[a], z3.Not(formulas[b], ctx))
                 try:
-                    if self._run(s, clock, "difference scenario", assume=self._lits) == z3.sat:
+                    if self._run(s, clock, "difference scenario") == z3.sat:
                         scenarios.append(self._scenario(s.model(), shown))
                 except _OutOfTime:
                     break
@@ -170,16 +179,21 @@ class Reasoner:
     def _solver(self) -> z3.Solver:
         s = z3.Solver(ctx=self.policy.ctx)
         s.set("random_seed", 0)
-        for lit, rule in zip(self._lits, self.policy.rules):
-            s.add(z3.Implies(lit, self.policy.compiled[rule.id]))
+        s.add(*self._guarded)
         return s
+
+    def _check(self, s: z3.Solver, rule_indexes: Sequence[int]) -> z3.CheckSatResult:
+        """``s.check(*lits)`` through Z3's C API: z3py's per-argument casts cost more than the
+        check itself on a policy of a hundred rules."""
+        asts = (z3.Ast * len(rule_indexes))(*[self._lit_asts[i] for i in rule_indexes])
+        return z3.CheckSatResult(z3.Z3_solver_check_assumptions(self.policy.ctx.ref(), s.solver, len(rule_indexes), asts))
 
     def _run(self, s: z3.Solver, clock: _Clock, what: str, assume: Sequence[z3.BoolRef] | None = None) -> z3.CheckSatResult:
         left = clock.left_ms()
         if left <= 0:
             raise _OutOfTime(f"time budget of {self.timeout_ms} ms spent before checking {what}")
         s.set("timeout", left)
-        result = s.check(*(self._lits if assume is None else assume))
+        result = self._check(s, range(len(self._lits))) if assume is None else s.check(*assume)
         if result == z3.unknown:
             raise _OutOfTime(f"solver returned unknown on {what} ({s.reason_unknown()})")
         return result
@@ -196,7 +210,7 @@ class Reasoner:
                 break
             trial = core[:i] + core[i + 1 :]
             s.set("timeout", left)
-            result = s.check(*[self._lits[j] for j in trial])
+            result = self._check(s, trial)
             if result == z3.unsat:
                 smaller = {self._index[c.get_id()] for c in s.unsat_core() if c.get_id() in self._index}
                 core = [j for j in trial if j in smaller]
