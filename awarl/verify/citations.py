@@ -29,7 +29,7 @@ import yaml
 from awarl.agent.protocol import extract_citations, normalize_answer
 from awarl.data.records import Passage
 from awarl.verify.findings import CitationIssue, Finding, Result
-from awarl.verify.http import BackendError, OpenAIChatBackend
+from awarl.verify.openai_client import BackendError, OpenAIChatBackend
 
 _CITE_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63})\]")
 _TAG_RE = re.compile(r"</?answer>", re.I)

@@ -17,7 +17,7 @@ def _fail(message: str) -> None:
 
 
 def _translator(name: str, llm_url: Optional[str], llm_model: Optional[str], samples: int, threshold: float, temperature: float):
-    from awarl.verify.http import OpenAIChatBackend
+    from awarl.verify.openai_client import OpenAIChatBackend
     from awarl.verify.translate import LLMTranslator, PatternTranslator
 
     if name == "pattern":
@@ -84,7 +84,7 @@ def _citation_findings(question, answer, corpus, corrections, review_queue, llm_
         return []
     from awarl.data.records import load_corpus
     from awarl.verify.citations import CitationGate, LexicalJudge, LLMSupportJudge, ReviewQueue, load_corrections
-    from awarl.verify.http import OpenAIChatBackend
+    from awarl.verify.openai_client import OpenAIChatBackend
 
     judge = LexicalJudge()
     if llm_judge:

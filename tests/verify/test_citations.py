@@ -18,7 +18,7 @@ from awarl.verify.citations import (
     render_corrections,
 )
 from awarl.verify.findings import Finding, Result, aggregate
-from awarl.verify.http import OpenAIChatBackend
+from awarl.verify.openai_client import OpenAIChatBackend
 
 CORRECTIONS = Path(__file__).resolve().parents[2] / "configs" / "policies" / "corrections.yaml"
 

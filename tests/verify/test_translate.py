@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from awarl.verify.findings import Ambiguity, Result, Translation, aggregate
-from awarl.verify.http import BackendError, OpenAIChatBackend
+from awarl.verify.openai_client import BackendError, OpenAIChatBackend
 from awarl.verify.policy import load_policy
 from awarl.verify.reasoner import check
 from awarl.verify.translate import LLMTranslator, PatternTranslator, TranslationError
