@@ -30,6 +30,7 @@ from awarl.verify.findings import (
     Result,
     RuleRef,
     Scenario,
+    Statement,
     Translation,
 )
 from awarl.verify.policy import Policy
@@ -90,8 +91,6 @@ class Reasoner:
 
     def check_expressions(self, premises: Sequence[str], claims: Sequence[str]) -> Finding:
         """Check SMT-LIB premises and claims given directly (as ``awarl verify check --premise``)."""
-        from awarl.verify.findings import Statement
-
         return self.check(Translation(premises=[Statement(p) for p in premises], claims=[Statement(c) for c in claims]))
 
     # -- the decision procedure ------------------------------------------------------------
