@@ -12,6 +12,7 @@ definition TRL, the runner and the SFT data all use.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections import Counter
@@ -152,7 +153,13 @@ def is_abstention(answer: str | None, phrases: Iterable[str] = DEFAULT_REFUSAL_P
     if not answer:
         return False
     norm = normalize_answer(answer)
-    return bool(norm) and norm in {normalize_answer(p) for p in phrases}
+    return bool(norm) and norm in _normalized_phrases(tuple(phrases))
+
+
+@functools.lru_cache(maxsize=32)
+def _normalized_phrases(phrases: tuple[str, ...]) -> frozenset[str]:
+    # Rewards call is_abstention for every rollout of a batch: normalise the phrase set once.
+    return frozenset(normalize_answer(p) for p in phrases)
 
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:
