@@ -120,6 +120,31 @@ def _add(into: list[Statement], new: Sequence[Statement]) -> None:
 
 
 # -- LLM translator --------------------------------------------------------------------------
+class BackendGenerator:
+    """Adapts an `awarl.llm` backend (in-process transformers, vLLM, OpenAI-compatible chat) to
+    the `Generator` protocol: each prompt becomes a one-message conversation sampled ``n`` times."""
+
+    def __init__(self, backend: Any, *, max_new_tokens: int = 512):
+        self.backend, self.max_new_tokens = backend, max_new_tokens
+
+    def generate(self, prompts: list[str], n: int, temperature: float) -> list[list[str]]:
+        from awarl.llm.base import ChatPrompt, SamplingParams
+
+        params = SamplingParams(temperature=temperature, max_new_tokens=self.max_new_tokens)
+        batch: list[Any] = []
+        for prompt in prompts:
+            messages = [{"role": "user", "content": prompt}]
+            if self.backend.accepts == "messages":
+                item: Any = ChatPrompt(messages=messages)
+            else:
+                text = self.backend.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+                item = self.backend.tokenizer(text, add_special_tokens=False)["input_ids"]
+            batch.extend([item] * n)
+        gens = self.backend.generate(batch, params)
+        texts = [(g.message or {}).get("content") or g.text for g in gens]
+        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
 _PROMPT = """You translate a question and an answer into formal logic over the variables of a policy.
 
 Variables (name: type — description):

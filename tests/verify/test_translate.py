@@ -163,3 +163,21 @@ def test_http_backend_gives_up_with_a_clear_error(chat_server):
     with pytest.raises(BackendError, match="HTTP 400"):
         OpenAIChatBackend(bad_request.base_url, "m", retries=3, backoff_s=0.01).generate(["hi"], 1, 0.0)
     assert len(bad_request.requests) == 1  # a client error is not retried
+
+
+def test_llm_translator_over_awarls_own_chat_backend(pricing, chat_server):
+    from awarl.llm.openai_chat import OpenAIChatGenerator
+    from awarl.verify.translate import BackendGenerator
+
+    gold = _sample(["(= tier gold)", "(not is_sale_item)"], ["(= discount_percent 15)"])
+    server = chat_server(lambda body: (200, [gold]))
+    backend = OpenAIChatGenerator(server.base_url, "translator", check=False, concurrency=2, backoff=0.01)
+    try:
+        translator = LLMTranslator(BackendGenerator(backend, max_new_tokens=256), samples=3, temperature=0.9)
+        findings = check(pricing, Q, A, translator)
+    finally:
+        backend.close()
+    assert aggregate(findings) is Result.VALID and findings[0].translation.confidence == 1.0
+    assert len(server.requests) == 3
+    assert {r["body"]["temperature"] for r in server.requests} == {0.9}
+    assert server.requests[0]["body"]["max_tokens"] == 256
