@@ -181,3 +181,15 @@ def test_llm_translator_over_awarls_own_chat_backend(pricing, chat_server):
     assert len(server.requests) == 3
     assert {r["body"]["temperature"] for r in server.requests} == {0.9}
     assert server.requests[0]["body"]["max_tokens"] == 256
+
+
+def test_backend_generator_drives_a_real_tiny_transformers_model(pricing, tiny_model_dir):
+    from awarl.llm.hf import HFGenerator
+    from awarl.verify.translate import BackendGenerator
+
+    generator = BackendGenerator(HFGenerator(tiny_model_dir, device="cpu", dtype="float32"), max_new_tokens=8)
+    texts = generator.generate(["Translate: hello", "Translate: bye"], n=2, temperature=1.0)
+    assert [len(t) for t in texts] == [2, 2] and all(isinstance(x, str) for row in texts for x in row)
+    # An untrained model writes no JSON: the translator says so instead of guessing a verdict.
+    with pytest.raises(TranslationError, match="none of 2 samples parsed"):
+        LLMTranslator(generator, samples=2).translate(Q, A, pricing)
