@@ -13,7 +13,6 @@ import argparse
 import importlib.util
 import platform
 import random
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path

@@ -67,6 +67,8 @@ def main(out_dir: str) -> None:
     seen = run(reward, batches(), rank, world)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"rank": rank, "world": world, "steps": seen}))
     state.wait_for_everyone()
+    # Tear the gloo group down before exit: left to interpreter shutdown, its threads can abort.
+    state.destroy_process_group()
 
 
 if __name__ == "__main__":
