@@ -1,5 +1,385 @@
-"""Per-query capability p_i (filled in by the capability stage)."""
+"""Per-query capability p_i (DESIGN §5): the share of K sampled rollouts of the base model that
+the protocol scorer judges correct, with the same prompt, tool and retriever as training.
+
+``awarl capability estimate`` writes each record back with ``p`` and a ``capability`` block of
+per-query statistics, one line per query as soon as its K rollouts finish (flushed and synced), so
+an interrupted run restarts where it stopped: ids already in the output are skipped. ``--shard
+i/n`` takes every n-th record starting at i (one process per GPU) and writes
+``OUT.shard{i}of{n}.jsonl``; ``awarl capability merge`` joins the shards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
+
+from awarl.data.records import DataError, QARecord, iter_jsonl, load_records, write_jsonl
 
 app = typer.Typer(no_args_is_help=True)
+console = Console(stderr=True)
+
+
+@dataclass
+class CapabilityConfig:
+    """One estimation run."""
+
+    model: str
+    """Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."""
+    data: Path
+    """records.jsonl to estimate."""
+    out: Path
+    """Output JSONL: the records with ``p`` and ``capability`` (a shard's file when ``shard`` is set)."""
+    k: int = 8
+    """Rollouts per query."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts (GRPO samples at 1.0)."""
+    shard: tuple[int, int] | None = None
+    """(i, n): estimate records i, i+n, i+2n, … only."""
+    index: Path | None = None
+    """Saved index folder to search."""
+    corpus: Path | None = None
+    """corpus.jsonl to index with BM25 (default: the one beside ``data``)."""
+    scope: str = "closed"
+    """closed: each question searches its own passages; global: the whole corpus."""
+    topk: int = 3
+    """Passages per search."""
+    max_searches: int = 4
+    """Searches per rollout before the tool refuses."""
+    max_turns: int = 4
+    """Tool-calling rounds per rollout."""
+    max_completion_tokens: int = 1024
+    """Token budget of a whole rollout after the prompt."""
+    max_concurrent: int = 64
+    """Rollouts in flight at once (K of a query are adjacent, so about max_concurrent / K queries)."""
+    seed: int = 0
+    """Sampling seed."""
+    metric: str = "em"
+    """What counts as correct: em or f1 (F1 >= 0.5)."""
+    trajectories: Path | None = None
+    """Also write every rollout's trajectory here (JSONL)."""
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    """Extra `awarl.llm.spec.BackendOptions` (device, dtype, batch_size, tensor_parallel_size …)."""
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.temperature <= 0 and self.k > 1:
+            raise ValueError(f"k={self.k} rollouts at temperature {self.temperature} would all be the same; use temperature > 0")
+        if self.shard is not None:
+            i, n = self.shard
+            if not 0 <= i < n:
+                raise ValueError(f"shard must be i/n with 0 <= i < n, got {i}/{n}")
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"1/4"`` → ``(1, 4)``.
+
+    >>> parse_shard("1/4")
+    (1, 4)
+    """
+    if not text:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard must look like i/n (e.g. 0/4), got {text!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"shard must be i/n with 0 <= i < n, got {text!r}")
+    return i, n
+
+
+def shard_path(out: Path, i: int, n: int) -> Path:
+    """Where shard i of n writes: ``p.jsonl`` → ``p.shard0of4.jsonl``."""
+    return out.with_name(f"{out.stem}.shard{i}of{n}{out.suffix or '.jsonl'}")
+
+
+def read_done(path: Path, k: int | None = None) -> dict[str, dict[str, Any]]:
+    """Rows already written to an output file, by id. A broken last line (a crash mid-write) is cut
+    off; a broken line anywhere else, or rows estimated with another K, are errors."""
+    if not path.exists():
+        return {}
+    _drop_torn_tail(path)
+    done: dict[str, dict[str, Any]] = {}
+    for lineno, row in iter_jsonl(path):
+        if "id" not in row or "p" not in row:
+            raise DataError(path, f"line {lineno}", "not a capability row (needs id and p)", "p")
+        row_k = row.get("capability", {}).get("k")
+        if k is not None and row_k != k:
+            raise DataError(path, f"line {lineno}", f"estimated with k={row_k}, this run uses k={k}; "
+                            "use the same --k or a new --out", "capability.k")
+        done[row["id"]] = row
+    return done
+
+
+def _drop_torn_tail(path: Path) -> None:
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    try:
+        json.loads(tail)
+        with path.open("ab") as fh:  # a complete last row that only lacks its newline
+            fh.write(b"\n")
+    except ValueError:
+        with path.open("r+b") as fh:
+            fh.truncate(cut)
+        console.print(f"[yellow]{path}: dropped an unfinished last line ({len(tail)} bytes) from an interrupted run[/yellow]")
+
+
+def query_stats(record: QARecord, trajectories: Sequence[Any], config: CapabilityConfig) -> dict[str, Any]:
+    """The output row of one query: the record, ``p``, and what its K rollouts did."""
+    k = len(trajectories)
+    outcomes = [t.outcome for t in trajectories]
+    stops: dict[str, int] = {}
+    for t in trajectories:
+        stops[t.stop_reason] = stops.get(t.stop_reason, 0) + 1
+    correct = outcomes.count("correct")
+    return {
+        **record.to_dict(),
+        "p": correct / k,
+        "capability": {
+            "k": k,
+            "correct": correct,
+            "wrong": outcomes.count("wrong"),
+            "abstain": outcomes.count("abstain"),
+            "unparsable": outcomes.count("unparsable"),
+            "em": sum(t.em for t in trajectories) / k,
+            "f1": sum(t.f1 for t in trajectories) / k,
+            "searches": sum(t.searches for t in trajectories) / k,
+            "completion_tokens": sum(t.completion_tokens for t in trajectories) / k,
+            "stop_reasons": stops,
+            "seconds": sum(t.seconds for t in trajectories),
+            "model": config.model,
+            "temperature": config.temperature,
+        },
+    }
+
+
+@dataclass
+class EstimateResult:
+    out: Path
+    total: int
+    skipped: int
+    estimated: int
+    rollouts: int
+    seconds: float
+
+
+def estimate(config: CapabilityConfig, *, backend: Any = None, progress: bool = True) -> EstimateResult:
+    """Run K rollouts per query not yet in the output and append one row per query."""
+    from awarl.agent.runner import Rollout, Runner, RunnerConfig
+    from awarl.agent.setup import check_scope, open_retriever, search_env_factory
+
+    records = load_records(config.data)
+    _check_unique(records, config.data)
+    if config.shard is not None:
+        i, n = config.shard
+        records = records[i::n]
+    out = shard_path(config.out, *config.shard) if config.shard else config.out
+    done = read_done(out, config.k)
+    todo = [r for r in records if r.id not in done]
+    if config.trajectories is not None:
+        _keep_trajectories_of(config.trajectories, set(done))
+    if not todo:
+        return EstimateResult(out, len(records), len(records), 0, 0, 0.0)
+    check_scope(todo, config.scope, config.data)
+    retriever = open_retriever(config.index, config.corpus, data=config.data)
+    env = search_env_factory(retriever, scope=config.scope, topk=config.topk, max_searches=config.max_searches)
+    if backend is None:
+        from awarl.llm.spec import load_backend
+
+        backend = load_backend(config.model, seed=config.seed, **config.backend_options)
+    runner = Runner(backend, env, RunnerConfig(
+        max_turns=config.max_turns, max_completion_tokens=config.max_completion_tokens, temperature=config.temperature,
+        max_concurrent=config.max_concurrent, seed=config.seed, metric=config.metric,  # type: ignore[arg-type]
+    ))
+    by_id = {r.id: r for r in todo}
+    pending: dict[str, list[Any]] = {}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with out.open("a", encoding="utf-8") as sink, _Progress(len(todo), len(todo) * config.k, progress) as bar:
+        traj_sink = config.trajectories.open("a", encoding="utf-8") if config.trajectories else None
+
+        def on_done(traj: Any) -> None:
+            group = pending.setdefault(traj.record_id, [])
+            group.append(traj)
+            bar.rollout_done()
+            if len(group) < config.k:
+                return
+            group.sort(key=lambda t: t.sample)
+            if traj_sink is not None:
+                _append(traj_sink, [t.to_dict() for t in group])
+            _append(sink, [query_stats(by_id[traj.record_id], group, config)])
+            del pending[traj.record_id]
+            bar.query_done()
+
+        try:
+            runner.run([Rollout(r, s) for r in todo for s in range(config.k)], on_done=on_done)
+        finally:
+            if traj_sink is not None:
+                traj_sink.close()
+    seconds = time.perf_counter() - t0
+    return EstimateResult(out, len(records), len(records) - len(todo), len(todo), len(todo) * config.k, seconds)
+
+
+def _append(sink: Any, rows: list[dict[str, Any]]) -> None:
+    """Write whole rows, then flush and sync, so a crash loses at most the query in progress."""
+    sink.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    sink.flush()
+    os.fsync(sink.fileno())
+
+
+def _keep_trajectories_of(path: Path, done: set[str]) -> None:
+    """On resume, drop trajectories of queries that did not finish (they will be rerun)."""
+    if not path.exists():
+        return
+    _drop_torn_tail(path)
+    rows = [row for _, row in iter_jsonl(path) if row.get("record_id") in done]
+    write_jsonl(path, rows)
+
+
+def _check_unique(records: Sequence[QARecord], path: Path) -> None:
+    seen: dict[str, int] = {}
+    for n, r in enumerate(records, start=1):
+        if r.id in seen:
+            raise DataError(path, f"record {n}", f"duplicate id {r.id!r} (first at record {seen[r.id]})", "id")
+        seen[r.id] = n
+
+
+def merge(shards: Sequence[Path], out: Path, data: Path | None = None) -> int:
+    """Join shard outputs into one file (in the order of ``data`` when given, which must then be
+    complete). Shards must be 0..n-1 of one n, and no id may appear twice."""
+    if not shards:
+        raise DataError(out, "-", "no shard files to merge")
+    rows: dict[str, dict[str, Any]] = {}
+    for path in shards:
+        for lineno, row in iter_jsonl(path):
+            if "id" not in row or "p" not in row:
+                raise DataError(path, f"line {lineno}", "not a capability row (needs id and p)", "p")
+            if row["id"] in rows:
+                raise DataError(path, f"line {lineno}", f"id {row['id']!r} is already in another shard", "id")
+            rows[row["id"]] = row
+    _check_shard_set(shards)
+    if data is not None:
+        order = [r.id for r in load_records(data)]
+        missing = [i for i in order if i not in rows]
+        if missing:
+            raise DataError(data, "-", f"{len(missing)} of {len(order)} ids have no estimate yet (first: {missing[:3]}); "
+                            "finish the shards before merging")
+        ordered = [rows[i] for i in order]
+    else:
+        ordered = list(rows.values())
+    return write_jsonl(out, ordered)
+
+
+def _check_shard_set(shards: Sequence[Path]) -> None:
+    import re
+
+    found: dict[int, set[int]] = {}
+    for path in shards:
+        m = re.search(r"\.shard(\d+)of(\d+)\.", path.name)
+        if m:
+            found.setdefault(int(m.group(2)), set()).add(int(m.group(1)))
+    if len(found) > 1:
+        raise DataError(shards[0], "-", f"shards of different splits mixed: {sorted(found)} shards")
+    for n, have in found.items():
+        missing = sorted(set(range(n)) - have)
+        if missing:
+            raise DataError(shards[0], "-", f"missing shard(s) {missing} of {n}")
+
+
+class _Progress:
+    """A rich progress bar over queries that also shows rollouts per second."""
+
+    def __init__(self, queries: int, rollouts: int, enabled: bool) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.enabled = enabled
+        self.rollouts, self.started = 0, time.perf_counter()
+        self.progress = Progress(
+            TextColumn("[bold]p_i[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("queries"),
+            TextColumn("{task.fields[rate]:.2f} rollouts/s"), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=console, disable=not enabled,
+        )
+        self.task = self.progress.add_task("estimate", total=queries, rate=0.0)
+        self.total_rollouts = rollouts
+
+    def __enter__(self) -> "_Progress":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def rollout_done(self) -> None:
+        self.rollouts += 1
+        rate = self.rollouts / max(time.perf_counter() - self.started, 1e-9)
+        self.progress.update(self.task, rate=rate)
+
+    def query_done(self) -> None:
+        self.progress.advance(self.task)
+
+
+@app.command("estimate")
+def estimate_command(
+    model: str = typer.Option(..., "--model", help="Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."),
+    data: Path = typer.Option(..., "--data", help="records.jsonl to estimate (from `awarl data prepare`)."),
+    out: Path = typer.Option(..., "--out", help="Output JSONL (records + p + capability); resumed if it exists."),
+    k: int = typer.Option(8, "--k", help="Rollouts per query."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
+    shard: str = typer.Option(None, "--shard", help="i/n: estimate every n-th record from i; writes OUT.shard{i}of{n}.jsonl."),
+    index: Path = typer.Option(None, "--index", help="Saved index folder to search."),
+    corpus: Path = typer.Option(None, "--corpus", help="corpus.jsonl to index with BM25 (default: beside --data)."),
+    scope: str = typer.Option("closed", "--scope", help="closed (each question's own passages) or global."),
+    topk: int = typer.Option(3, "--topk", help="Passages per search."),
+    max_turns: int = typer.Option(4, "--max-turns", help="Tool-calling rounds per rollout."),
+    max_tokens: int = typer.Option(1024, "--max-tokens", help="Token budget of a rollout after the prompt."),
+    concurrency: int = typer.Option(64, "--concurrency", help="Rollouts in flight at once."),
+    batch_size: int = typer.Option(32, "--batch-size", help="transformers backend: rows per generate call."),
+    device: str = typer.Option("auto", "--device", help="transformers backend: auto, cpu, cuda, cuda:N."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    trajectories: Path = typer.Option(None, "--trajectories", help="Also write every rollout's trajectory (JSONL)."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+) -> None:
+    """Estimate p_i = share of K rollouts judged correct, for every query in --data."""
+    from awarl.llm.base import BackendError
+
+    try:
+        config = CapabilityConfig(
+            model=model, data=data, out=out, k=k, temperature=temperature, shard=parse_shard(shard), index=index,
+            corpus=corpus, scope=scope, topk=topk, max_turns=max_turns, max_completion_tokens=max_tokens,
+            max_concurrent=concurrency, seed=seed, trajectories=trajectories,
+            backend_options={"device": device, "batch_size": batch_size},
+        )
+        result = estimate(config, progress=not no_progress)
+    except (DataError, BackendError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    rate = result.rollouts / result.seconds if result.seconds else 0.0
+    typer.echo(f"{result.estimated} queries estimated ({result.rollouts} rollouts, {rate:.2f} rollouts/s), "
+               f"{result.skipped} already done, {result.total} in total -> {result.out}")
+
+
+@app.command("merge")
+def merge_command(
+    shards: list[Path] = typer.Argument(None, help="Shard files; default: every OUT.shard*of*.jsonl beside --out."),
+    out: Path = typer.Option(..., "--out", help="Merged output JSONL."),
+    data: Path = typer.Option(None, "--data", help="records.jsonl: order the output like it and require every id."),
+) -> None:
+    """Join `estimate --shard i/n` outputs into one file."""
+    files = list(shards or sorted(out.parent.glob(f"{out.stem}.shard*of*{out.suffix or '.jsonl'}")))
+    try:
+        n = merge(files, out, data)
+    except DataError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    typer.echo(f"merged {len(files)} shard(s): {n} rows -> {out}")

@@ -1,0 +1,120 @@
+"""The rollout runner end to end on the shipped samples with the warm-started tiny model, and its
+token-for-token agreement with TRL's GRPOTrainer tool loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from awarl.agent.protocol import build_messages, parse_final, score
+from awarl.agent.runner import Rollout, Runner, RunnerConfig, Trajectory
+from awarl.agent.setup import search_env_factory
+
+
+@pytest.fixture(scope="module")
+def hotpot(hotpot_prepared):
+    from awarl.search.bm25 import BM25Index
+
+    records, passages = hotpot_prepared
+    return records, BM25Index.build(passages)
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_sft_model_dir):
+    from awarl.llm.spec import load_backend
+
+    return load_backend(str(tiny_sft_model_dir), device="cpu", batch_size=8)
+
+
+def test_runner_end_to_end_on_samples(hotpot, backend):
+    records, index = hotpot
+    env = search_env_factory(index, scope="closed", topk=2, max_tokens=40)
+    budget = 512
+    runner = Runner(backend, env, RunnerConfig(max_turns=2, max_completion_tokens=budget, max_concurrent=4))
+    finished: list[Trajectory] = []
+    trajs = runner.run([Rollout(r) for r in records[:4]], on_done=finished.append)
+
+    assert [t.record_id for t in trajs] == [r.id for r in records[:4]]  # input order, whatever finished first
+    assert sorted(t.record_id for t in finished) == sorted(t.record_id for t in trajs)
+    searched = [t for t in trajs if t.queries]
+    assert searched, "the warm-started model should call search"
+    for rec, t in zip(records, trajs):
+        assert t.stop_reason in ("answer", "abstain", "no_answer", "turn_budget", "token_budget")
+        assert len(t.completion_ids) == len(t.tool_mask) == t.completion_tokens + t.tool_tokens <= budget
+        assert sum(t.tool_mask) == t.completion_tokens
+        assert set(t.retrieved_ids) <= set(rec.passages)  # closed scope: only the record's own paragraphs
+        assert len(t.turns) <= 3 and sum(len(turn.tool_calls) for turn in t.turns) >= len(t.queries)
+        # The trajectory's verdict is the protocol scorer's verdict on its final message.
+        verdict = score(parse_final(t.messages), rec.answers, answerable=rec.answerable)
+        assert (t.outcome, t.em, t.f1) == (verdict.outcome, verdict.em, verdict.f1)
+        assert t.seconds > 0 and t.prompt_tokens == len(t.prompt_ids)
+        assert Trajectory.from_dict(t.to_dict()).to_dict() == t.to_dict()
+    text = backend.tokenizer.decode(searched[0].completion_ids)
+    assert "<tool_response>" in text and f"[{searched[0].retrieved_ids[0]}]" in text
+
+
+def test_batched_runner_equals_one_conversation_at_a_time(hotpot, backend):
+    records, index = hotpot
+    env = search_env_factory(index, scope="closed", topk=2, max_tokens=40)
+    config = dict(max_turns=2, max_completion_tokens=384)
+    batched = Runner(backend, env, RunnerConfig(max_concurrent=8, **config)).run([Rollout(r) for r in records[4:7]])
+    single = [Runner(backend, env, RunnerConfig(max_concurrent=1, **config)).run([Rollout(r)])[0] for r in records[4:7]]
+    assert [t.completion_ids for t in batched] == [t.completion_ids for t in single]
+
+
+def test_token_budget_rolls_back_an_overflowing_tool_result(hotpot, backend):
+    records, index = hotpot
+    env = search_env_factory(index, scope="closed", topk=3, max_tokens=None)  # whole passages: long results
+    traj = Runner(backend, env, RunnerConfig(max_turns=2, max_completion_tokens=80)).run([Rollout(records[0])])[0]
+    assert traj.messages[0].get("tool_calls"), "the warm-started model searches first"
+    assert traj.stop_reason == "token_budget"
+    # As in TRL: the result that would overflow the budget is dropped, the model never sees it.
+    assert traj.tool_tokens == 0 and traj.queries == [] and len(traj.messages) == 1
+    assert len(traj.completion_ids) <= 80 and all(traj.tool_mask)
+
+
+def test_zero_turns_means_no_tool_results(hotpot, backend):
+    records, index = hotpot
+    env = search_env_factory(index, scope="closed")
+    traj = Runner(backend, env, RunnerConfig(max_turns=0, max_completion_tokens=256)).run([Rollout(records[1])])[0]
+    assert traj.messages[0].get("tool_calls"), "the warm-started model searches first"
+    assert traj.stop_reason == "turn_budget" and traj.outcome == "unparsable"
+    assert traj.tool_tokens == 0 and all(traj.tool_mask)
+
+
+def test_prompt_and_trajectory_ids_match_grpo_trainer(hotpot, tiny_sft_model_dir, tmp_path):
+    """Same prompt, same greedy turns, same tool-result splicing, same tool mask as GRPOTrainer."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from awarl.llm.hf import HFGenerator
+
+    records, index = hotpot
+    env = search_env_factory(index, scope="closed", topk=2, max_tokens=40)
+    tok = AutoTokenizer.from_pretrained(tiny_sft_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_sft_model_dir)
+    rows = [{**{k: v for k, v in r.to_dict().items() if k != "meta"}, "prompt": build_messages(r.question)}
+            for r in records[:2]]
+    args = GRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
+        per_device_train_batch_size=2, num_generations=2, max_completion_length=400, max_tool_calling_iterations=2,
+        beta=0.0, generation_kwargs={"do_sample": False}, save_strategy="no",
+    )
+
+    def zero(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    trainer = GRPOTrainer(model=model, reward_funcs=[zero], args=args, train_dataset=Dataset.from_list(rows),
+                          processing_class=tok, environment_factory=env)
+    batch = trainer._generate_and_score_completions([rows[0], rows[0]])
+    keep_p, keep_c = batch["prompt_mask"][0].bool(), batch["completion_mask"][0].bool()
+    trl_prompt = batch["prompt_ids"][0][keep_p].tolist()
+    trl_completion = batch["completion_ids"][0][keep_c].tolist()
+    trl_tool_mask = batch["tool_mask"][0][keep_c].tolist()
+
+    backend = HFGenerator(tiny_sft_model_dir, model_obj=trainer.model, tokenizer_obj=tok, device="cpu")
+    traj = Runner(backend, env, RunnerConfig(max_turns=2, max_completion_tokens=400)).run([Rollout(records[0])])[0]
+    assert traj.prompt_ids == trl_prompt
+    assert traj.completion_ids == trl_completion
+    assert traj.tool_mask == trl_tool_mask
+    assert traj.queries, "the comparison should cover a tool round"
