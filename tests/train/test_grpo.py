@@ -1,0 +1,130 @@
+"""Real GRPO runs on CPU with the tiny model and SearchEnv: training moves the weights and logs the
+AWA terms; checkpoints hold the penalty state; a killed run resumes exactly where it stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from awarl.train import grpo
+from awarl.train.callbacks import PENALTY_STATE_FILE
+from awarl.train.config import TrainConfig
+
+from .conftest import ROOT, TINY_RECIPE, tiny_overrides
+
+pytestmark = pytest.mark.slow
+
+AWA_KEYS = ("awa/refusal_rate", "awa/expected_refusal_rate", "awa/E", "awa/E_ema", "awa/penalty",
+            "awa/accuracy", "awa/precision", "awa/ra_f1", "env/searches_per_rollout")
+
+
+def _state(folder: Path) -> dict:
+    return json.loads((folder / "trainer_state.json").read_text())
+
+
+def _penalty(folder: Path) -> dict:
+    return json.loads((folder / PENALTY_STATE_FILE).read_text())
+
+
+def _prompts(run: Path, step: int) -> list[str]:
+    import pandas as pd
+
+    frame = pd.read_parquet(run / "completions" / f"completions_{step:05d}.parquet")
+    return [str(p) for p in frame["prompt"]]
+
+
+@pytest.fixture(scope="module")
+def full_run(tiny_sft_model_dir, train_files, tmp_path_factory):
+    """Four steps without interruption, checkpoints at 2 and 4."""
+    out = tmp_path_factory.mktemp("grpo_full")
+    cfg = TrainConfig.from_yaml(TINY_RECIPE, tiny_overrides(tiny_sft_model_dir, train_files, out,
+                                                            log_completions="true"))
+    final = grpo.main(cfg)
+    return out, final
+
+
+def test_grpo_trains_logs_awa_terms_and_checkpoints_penalty(full_run, tiny_sft_model_dir):
+    from safetensors.torch import load_file
+
+    out, final = full_run
+    start = load_file(tiny_sft_model_dir / "model.safetensors")
+    end = load_file(final / "model.safetensors")
+    changed = [k for k in start if not (start[k] == end[k]).all()]
+    assert changed, "GRPO did not change any parameter"
+
+    logs = [h for h in _state(out / "checkpoint-4")["log_history"] if "loss" in h]
+    assert len(logs) == 4
+    for key in AWA_KEYS:
+        assert all(key in h for h in logs), key
+    for step in (2, 4):
+        saved = _penalty(out / f"checkpoint-{step}")
+        logged = logs[step - 1]
+        assert saved["global_step"] == step and saved["penalty"]["step"] == step  # one update per generation batch
+        assert saved["penalty"]["penalty"] == pytest.approx(logged["awa/penalty"])
+        assert saved["penalty"]["error_ema"] == pytest.approx(logged["awa/E_ema"])
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(final).chat_template  # final model loads with its template
+
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    from awarl.train import grpo
+    from awarl.train.callbacks import Callback
+    from awarl.train.config import TrainConfig
+
+    class KillAfterSave(Callback):
+        def on_save(self, args, state, control, **kw):
+            if state.global_step == 2:  # the checkpoint is complete: die without any cleanup
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    grpo.main(TrainConfig.from_yaml(sys.argv[1], sys.argv[2:]), extra_callbacks=[KillAfterSave()])
+""")
+
+
+def test_killed_run_resumes_with_same_step_penalty_and_data(full_run, tiny_sft_model_dir, train_files, tmp_path):
+    full, _ = full_run
+    out = tmp_path / "grpo_killed"
+    overrides = tiny_overrides(tiny_sft_model_dir, train_files, out, log_completions="true")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", KILLER, str(TINY_RECIPE), *overrides], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert (out / "checkpoint-2" / PENALTY_STATE_FILE).exists() and not (out / "checkpoint-4").exists()
+    assert _penalty(out / "checkpoint-2") == _penalty(full / "checkpoint-2")
+
+    grpo.main(TrainConfig.from_yaml(TINY_RECIPE, overrides), resume="latest")
+
+    assert _state(out / "checkpoint-4")["global_step"] == 4
+    assert _penalty(out / "checkpoint-4") == _penalty(full / "checkpoint-4")
+    for step in (3, 4):
+        assert _prompts(out, step) == _prompts(full, step), f"data order differs at step {step}"
+    resumed = [h for h in _state(out / "checkpoint-4")["log_history"] if h.get("step") in (3, 4) and "loss" in h]
+    reference = [h for h in _state(full / "checkpoint-4")["log_history"] if h.get("step") in (3, 4) and "loss" in h]
+    for a, b in zip(resumed, reference):
+        assert {k: a[k] for k in AWA_KEYS} == pytest.approx({k: b[k] for k in AWA_KEYS})
+
+
+def test_two_process_torchrun_cpu(tiny_sft_model_dir, train_files, tmp_path):
+    out = tmp_path / "grpo_ddp"
+    overrides = tiny_overrides(tiny_sft_model_dir, train_files, out, max_steps=2, save_steps=2,
+                               per_device_train_batch_size=4)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29731",
+           "-m", "awarl.cli", "train", "grpo", "--config", str(TINY_RECIPE)]
+    for item in overrides:
+        cmd += ["--set", item]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    state = _state(out / "checkpoint-2")
+    logs = [h for h in state["log_history"] if "loss" in h]
+    assert len(logs) == 2 and all("awa/penalty" in h for h in logs)
+    assert _penalty(out / "checkpoint-2")["penalty"]["step"] == 2
+    assert (out / "final" / "model.safetensors").exists()
