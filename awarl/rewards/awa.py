@@ -15,7 +15,8 @@ computes the same P_t). Dataset columns read from ``kw``: ``answers`` (list of g
 ``answerable`` (default True), ``p`` (capability; ``p_i`` is accepted too; needed by ``awa``),
 ``id`` (groups rollouts of one prompt; the prompt itself otherwise). ``environments`` (SearchEnv
 instances with a ``queries`` list) or an ``n_search`` column give the searches per rollout.
-``log_metric`` receives every term under ``awa/…`` and ``env/…`` (docs/metrics.md).
+``log_metric`` receives every term under ``awa/…`` and ``env/…`` (docs/metrics.md);
+``log_extra`` an ``outcome`` column (correct / wrong / unparsable / abstain) for TRL's table.
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ class AnswerAbstainReward:
         if log_metric is not None:
             for name, value in stats.metrics().items():
                 log_metric(name, value)
+        log_extra: Callable[[str, list], None] | None = kw.get("log_extra")
+        if log_extra is not None:  # a column of TRL's completions table
+            log_extra("outcome", [v.score.outcome for v in verdicts])
         return rewards
 
     def score(self, completions: Sequence[Any], kw: dict[str, Any]) -> list[Verdict]:

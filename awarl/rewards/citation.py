@@ -184,13 +184,15 @@ class LLMJudge:
         self.stats = JudgeStats()
 
     def messages(self, req: JudgeRequest) -> list[dict[str, str]]:
-        lines = [f"[{p.id}] {p.title}: {p.text[: self.max_passage_chars]}" for p in req.passages]
-        user = (f"Question: {req.question}\nAnswer: {req.answer}\nCited: "
-                f"{' '.join(f'[{c}]' for c in req.cited) or '(none)'}\nPassages:\n" + "\n".join(lines))
+        """The judge's prompt. It leaves out which passages were cited, and lists passages in id
+        order, so rollouts that differ only in their citations share one (cached) judgment."""
+        shown = sorted({p.id: p for p in req.passages}.values(), key=lambda p: p.id)
+        lines = [f"[{p.id}] {p.title}: {p.text[: self.max_passage_chars]}" for p in shown]
+        user = f"Question: {req.question}\nAnswer: {req.answer}\nPassages:\n" + "\n".join(lines)
         return [{"role": "system", "content": JUDGE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
     def cache_key(self, req: JudgeRequest) -> str:
-        """Hash of everything the judgment depends on: model, prompt (question, answer, passages)."""
+        """Hash of everything the judgment depends on: model and prompt (question, answer, passages)."""
         payload = json.dumps({"model": self.model, "messages": self.messages(req)}, sort_keys=True)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 

@@ -8,6 +8,8 @@ It listens on 127.0.0.1 only and answers ``POST /v1/chat/completions`` in the do
 - ``[[timeout]]``: holds the request for ``hang_s`` before answering;
 - ``[[500]]``: HTTP 500 every time;
 - ``[[flaky]]``: HTTP 500 on the first two attempts for that content, then a good answer;
+- ``[[429]]``: HTTP 429 (rate limited) on the first attempt, then a good answer;
+- ``[[400]]``: HTTP 400 every time (a request the server will never accept);
 - otherwise a good answer: ``{"needed": [ids of passages whose text contains SUPPORT]}``.
 """
 
@@ -63,6 +65,10 @@ class ReplayJudgeServer:
             self.bodies.append(body)
         if "[[500]]" in user or ("[[flaky]]" in user and attempt <= 2):
             return 500, b'{"error": {"message": "internal error"}}', self.latency_s
+        if "[[429]]" in user and attempt == 1:
+            return 429, b'{"error": {"message": "rate limited"}}', self.latency_s
+        if "[[400]]" in user:
+            return 400, b'{"error": {"message": "bad request"}}', self.latency_s
         if "[[badshape]]" in user:
             return 200, b'{"id": "x", "object": "chat.completion"}', self.latency_s
         if "[[malformed]]" in user:

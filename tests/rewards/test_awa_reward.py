@@ -63,6 +63,14 @@ def test_awa_rewards_closed_form():
     assert logged["awa/ra_f1"] == pytest.approx([2 * 0.5 * 0.25 / (0.5 + 0.25)])
 
 
+def test_outcome_column_for_the_completions_table():
+    extra: dict = {}
+    reward = AnswerAbstainReward(RewardConfig())
+    reward([[]] * 3, [said("<answer>x</answer>"), said("x"), ABSTAIN], answers=[["x"]] * 3, p=[0.5] * 3,
+           log_extra=extra.__setitem__)
+    assert extra == {"outcome": ["correct", "unparsable", "abstain"]}
+
+
 def test_over_refusal_lowers_the_abstain_reward():
     reward = AnswerAbstainReward(RewardConfig(beta=0.0, tau=0.05, delta=0.1))
     # Everyone abstains on easy queries: observed 1, expected 0 -> Ē = 1 -> P = min(1, 0.1 * 20) = 1.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 import socket
@@ -40,6 +41,7 @@ def test_good_judgment_and_request_shape(server):
     body = server.bodies[0]
     assert body["model"] == "judge-model" and body["response_format"] == {"type": "json_object"}
     assert body["messages"][0]["role"] == "system" and "[d3] C: noise" in body["messages"][1]["content"]
+    assert "Answer: x" in body["messages"][1]["content"]
     assert judge.stats.requests == 1 and judge.stats.failed == 0
 
 
@@ -52,8 +54,14 @@ def test_cache_hits_avoid_repeat_calls_and_persist(server, tmp_path):
     assert server.requests == 5 and judge.stats.cache_hits == 6 and second == first
     reopened = judge_for(server, tmp_path)  # a new process / run reading the same SQLite file
     assert reopened.judge_many(batch[:2]) == first[:2] and server.requests == 5
-    changed = judge.judge_many([request("q0", cited=("d2",))])  # other content: a new call
-    assert server.requests == 6 and changed[0].coverage == 0.5
+    # Other citations, same question, answer and passages: the cached judgment still applies.
+    [recited] = judge.judge_many([request("q0", cited=("d2", "d1"))])
+    assert server.requests == 5 and (recited.coverage, recited.redundancy) == (1.0, 0.0)
+    # Other passages (in another order too) are other content: a new call.
+    judge.judge_many([request("q0", passages=GOOD[::-1][:2])])
+    assert server.requests == 6
+    judge.judge_many([request("q0", passages=GOOD[1:])])  # the same two passages, other order
+    assert server.requests == 6
 
 
 def test_malformed_reply_is_excluded_counted_and_not_retried(server):
@@ -79,6 +87,24 @@ def test_server_errors_are_retried_with_backoff(server):
     assert server.requests == 6  # 3 attempts each
     again = judge.judge_many([request("[[500]]")])  # failures are not cached
     assert again == [None] and server.requests == 9
+
+
+def test_rate_limit_is_retried_and_client_errors_are_not(server):
+    judge = judge_for(server, max_retries=2)
+    limited, rejected = judge.judge_many([request("[[429]]"), request("[[400]]")])
+    assert limited is not None and rejected is None
+    assert judge.stats.failures == {"http_400": 1} and judge.stats.retries == 1
+    assert sorted(server.by_content.values()) == [1, 2]
+
+
+def test_judge_many_works_inside_a_running_event_loop(server):
+    judge = judge_for(server)
+
+    async def caller():
+        return judge.judge_many([request()])  # sync call from async code: runs on a worker thread
+
+    [result] = asyncio.run(caller())
+    assert result is not None and result.needed == ("d1", "d2")
 
 
 def test_strict_parsing():
