@@ -30,7 +30,7 @@ def train_files(hotpot_prepared, tmp_path_factory) -> dict[str, Path]:
 def tiny_overrides(model_dir: Path, files: dict[str, Path], output_dir: Path, **grpo: object) -> list[str]:
     """The tiny recipe pointed at the test files, with small batches."""
     settings = {
-        "max_steps": 4, "save_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4,
+        "max_steps": 2, "save_steps": 1, "per_device_train_batch_size": 8, "num_generations": 4,
         "steps_per_generation": 1, "max_completion_length": 256, "logging_steps": 1, "report_to": "[none]",
         **grpo,
     }

@@ -42,7 +42,7 @@ def _prompts(run: Path, step: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def full_run(tiny_sft_model_dir, train_files, tmp_path_factory):
-    """Four steps without interruption, checkpoints at 2 and 4."""
+    """Two steps without interruption, a checkpoint after each."""
     out = tmp_path_factory.mktemp("grpo_full")
     cfg = TrainConfig.from_yaml(TINY_RECIPE, tiny_overrides(tiny_sft_model_dir, train_files, out,
                                                             log_completions="true"))
@@ -59,11 +59,11 @@ def test_grpo_trains_logs_awa_terms_and_checkpoints_penalty(full_run, tiny_sft_m
     changed = [k for k in start if not (start[k] == end[k]).all()]
     assert changed, "GRPO did not change any parameter"
 
-    logs = [h for h in _state(out / "checkpoint-4")["log_history"] if "loss" in h]
-    assert len(logs) == 4
+    logs = [h for h in _state(out / "checkpoint-2")["log_history"] if "loss" in h]
+    assert len(logs) == 2
     for key in AWA_KEYS:
         assert all(key in h for h in logs), key
-    for step in (2, 4):
+    for step in (1, 2):
         saved = _penalty(out / f"checkpoint-{step}")
         logged = logs[step - 1]
         assert saved["global_step"] == step and saved["penalty"]["step"] == step  # one update per generation batch
@@ -82,7 +82,7 @@ KILLER = textwrap.dedent("""
 
     class KillAfterSave(Callback):
         def on_save(self, args, state, control, **kw):
-            if state.global_step == 2:  # the checkpoint is complete: die without any cleanup
+            if state.global_step == 1:  # the checkpoint is complete: die without any cleanup
                 os.kill(os.getpid(), signal.SIGKILL)
 
     grpo.main(TrainConfig.from_yaml(sys.argv[1], sys.argv[2:]), extra_callbacks=[KillAfterSave()])
@@ -97,25 +97,24 @@ def test_killed_run_resumes_with_same_step_penalty_and_data(full_run, tiny_sft_m
     proc = subprocess.run([sys.executable, "-c", KILLER, str(TINY_RECIPE), *overrides], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-    assert (out / "checkpoint-2" / PENALTY_STATE_FILE).exists() and not (out / "checkpoint-4").exists()
-    assert _penalty(out / "checkpoint-2") == _penalty(full / "checkpoint-2")
+    assert (out / "checkpoint-1" / PENALTY_STATE_FILE).exists() and not (out / "checkpoint-2").exists()
+    assert _penalty(out / "checkpoint-1") == _penalty(full / "checkpoint-1")
 
     grpo.main(TrainConfig.from_yaml(TINY_RECIPE, overrides), resume="latest")
 
-    assert _state(out / "checkpoint-4")["global_step"] == 4
-    assert _penalty(out / "checkpoint-4") == _penalty(full / "checkpoint-4")
-    for step in (3, 4):
-        assert _prompts(out, step) == _prompts(full, step), f"data order differs at step {step}"
-    resumed = [h for h in _state(out / "checkpoint-4")["log_history"] if h.get("step") in (3, 4) and "loss" in h]
-    reference = [h for h in _state(full / "checkpoint-4")["log_history"] if h.get("step") in (3, 4) and "loss" in h]
+    assert _state(out / "checkpoint-2")["global_step"] == 2
+    assert _penalty(out / "checkpoint-2") == _penalty(full / "checkpoint-2")
+    assert _prompts(out, 2) == _prompts(full, 2), "data order differs after resuming"
+    resumed = [h for h in _state(out / "checkpoint-2")["log_history"] if h.get("step") == 2 and "loss" in h]
+    reference = [h for h in _state(full / "checkpoint-2")["log_history"] if h.get("step") == 2 and "loss" in h]
+    assert len(resumed) == len(reference) == 1
     for a, b in zip(resumed, reference):
         assert {k: a[k] for k in AWA_KEYS} == pytest.approx({k: b[k] for k in AWA_KEYS})
 
 
 def test_two_process_torchrun_cpu(tiny_sft_model_dir, train_files, tmp_path):
     out = tmp_path / "grpo_ddp"
-    overrides = tiny_overrides(tiny_sft_model_dir, train_files, out, max_steps=2, save_steps=2,
-                               per_device_train_batch_size=4)
+    overrides = tiny_overrides(tiny_sft_model_dir, train_files, out, save_steps=2, per_device_train_batch_size=4)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29731",
            "-m", "awarl.cli", "train", "grpo", "--config", str(TINY_RECIPE)]
