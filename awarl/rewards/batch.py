@@ -84,6 +84,14 @@ def gather_rows(rows: list[RolloutRow]) -> list[RolloutRow]:
     _, world = distributed_world()
     if world == 1:
         return list(rows)
+    from accelerate import PartialState
     from accelerate.utils import gather_object
 
-    return list(gather_object(list(rows)))
+    if PartialState().num_processes == world:
+        return list(gather_object(list(rows)))
+    # A process group accelerate did not set up: gather with torch.distributed directly.
+    import torch.distributed as dist
+
+    parts: list[list[RolloutRow] | None] = [None] * world
+    dist.all_gather_object(parts, list(rows))
+    return [row for part in parts for row in part]
