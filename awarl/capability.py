@@ -329,6 +329,13 @@ class _Progress:
         self.progress.advance(self.task)
 
 
+def _fail(exc: Exception) -> None:
+    from rich.markup import escape
+
+    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
+    raise typer.Exit(1)
+
+
 @app.command("estimate")
 def estimate_command(
     model: str = typer.Option(..., "--model", help="Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."),
@@ -362,8 +369,7 @@ def estimate_command(
         )
         result = estimate(config, progress=not no_progress)
     except (DataError, BackendError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        _fail(exc)
     rate = result.rollouts / result.seconds if result.seconds else 0.0
     typer.echo(f"{result.estimated} queries estimated ({result.rollouts} rollouts, {rate:.2f} rollouts/s), "
                f"{result.skipped} already done, {result.total} in total -> {result.out}")
@@ -380,6 +386,5 @@ def merge_command(
     try:
         n = merge(files, out, data)
     except DataError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        _fail(exc)
     typer.echo(f"merged {len(files)} shard(s): {n} rows -> {out}")

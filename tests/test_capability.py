@@ -1,0 +1,149 @@
+"""Capability estimation with the warm-started tiny model: K=2 rollouts per query, resume after a
+simulated crash, shards and merge, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from awarl.capability import CapabilityConfig, estimate, merge, read_done, shard_path
+from awarl.cli import app
+from awarl.data.records import DataError, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def prepared(hotpot_prepared, tmp_path_factory) -> Path:
+    """records.jsonl (5 HotpotQA questions) with its corpus.jsonl beside it, as `awarl data prepare` writes."""
+    records, passages = hotpot_prepared
+    records = records[:5]
+    keep = {pid for r in records for pid in r.passages}
+    folder = tmp_path_factory.mktemp("prepared")
+    write_jsonl(folder / "records.jsonl", (r.to_dict() for r in records))
+    write_jsonl(folder / "corpus.jsonl", (p.to_dict() for p in passages if p.id in keep))
+    return folder / "records.jsonl"
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_sft_model_dir):
+    from awarl.llm.spec import load_backend
+
+    return load_backend(str(tiny_sft_model_dir), device="cpu", batch_size=8)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class CrashAfterFirstRow:
+    """Wraps a real backend; raises once the output file holds a finished query (a crash mid-run)."""
+
+    def __init__(self, inner, out: Path):
+        self.inner, self.out = inner, out
+        self.accepts, self.tokenizer = inner.accepts, inner.tokenizer
+        self.eos_token_ids, self.max_model_len, self.name = inner.eos_token_ids, inner.max_model_len, inner.name
+
+    def generate(self, prompts, params):
+        if self.out.exists() and self.out.read_text().count("\n") >= 1:
+            raise KeyboardInterrupt("simulated crash")
+        return self.inner.generate(prompts, params)
+
+    def close(self):
+        pass
+
+
+class CountingFirstTurns(CrashAfterFirstRow):
+    """Counts rollouts started: first-turn prompts are the only ones without a tool response."""
+
+    def __init__(self, inner):
+        super().__init__(inner, Path("/nonexistent"))
+        self.tool_response = inner.tokenizer.convert_tokens_to_ids("<tool_response>")
+        self.first_turns = 0
+
+    def generate(self, prompts, params):
+        self.first_turns += sum(self.tool_response not in p for p in prompts)
+        return self.inner.generate(prompts, params)
+
+
+def test_estimate_k2_with_resume_after_crash(prepared, backend, tmp_path):
+    out = tmp_path / "p.jsonl"
+    traj = tmp_path / "traj.jsonl"
+    config = CapabilityConfig(model="tiny", data=prepared, out=out, k=2, temperature=1.0, max_turns=2,
+                              max_completion_tokens=256, max_concurrent=2, trajectories=traj, seed=3)
+    with pytest.raises(KeyboardInterrupt):
+        estimate(config, backend=CrashAfterFirstRow(backend, out), progress=False)
+    first = _rows(out)
+    assert len(first) >= 1
+    with out.open("a") as fh:  # the crash also tore a line in half
+        fh.write('{"id": "half-writ')
+
+    counting = CountingFirstTurns(backend)
+    result = estimate(config, backend=counting, progress=False)
+    rows = _rows(out)
+    ids = [json.loads(line)["id"] for line in prepared.read_text().splitlines()]
+    assert sorted(r["id"] for r in rows) == sorted(ids)  # every query exactly once, the torn line gone
+    assert rows[: len(first)] == first  # finished work kept as it was
+    assert result.skipped == len(first) and result.estimated == len(ids) - len(first)
+    assert result.rollouts == 2 * result.estimated
+    assert counting.first_turns == 2 * result.estimated  # only the unfinished queries ran again
+    for row in rows:
+        cap = row["capability"]
+        assert cap["k"] == 2
+        assert cap["correct"] + cap["wrong"] + cap["abstain"] + cap["unparsable"] == 2
+        assert row["p"] == cap["correct"] / 2
+        assert sum(cap["stop_reasons"].values()) == 2
+        assert row["question"] and row["answers"]  # the record itself travels with p
+    trajectories = _rows(traj)
+    assert len(trajectories) == 2 * len(ids)
+    assert sorted({(t["record_id"], t["sample"]) for t in trajectories}) == sorted((i, s) for i in ids for s in (0, 1))
+    assert read_done(out, 2).keys() == set(ids)
+
+
+def test_shards_then_merge_via_cli(prepared, tiny_sft_model_dir, tmp_path):
+    out = tmp_path / "p.jsonl"
+    cli = CliRunner()
+    common = ["capability", "estimate", "--model", str(tiny_sft_model_dir), "--data", str(prepared), "--out", str(out),
+              "--k", "2", "--max-turns", "0", "--max-tokens", "24", "--device", "cpu"]
+    for i in range(2):
+        res = cli.invoke(app, [*common, "--shard", f"{i}/2"])
+        assert res.exit_code == 0, res.output
+        assert f"-> {shard_path(out, i, 2)}" in res.output and "rollouts/s" in res.output
+    again = cli.invoke(app, [*common, "--shard", "0/2"])
+    assert "0 queries estimated" in again.output and "3 already done" in again.output
+    res = cli.invoke(app, ["capability", "merge", "--out", str(out), "--data", str(prepared)])
+    assert res.exit_code == 0, res.output
+    ids = [json.loads(line)["id"] for line in prepared.read_text().splitlines()]
+    assert [r["id"] for r in _rows(out)] == ids  # merged in data order
+    assert all(r["capability"]["k"] == 2 for r in _rows(out))
+
+
+def test_merge_rejects_incomplete_or_overlapping_shards(tmp_path, prepared):
+    a, b = tmp_path / "p.shard0of3.jsonl", tmp_path / "p.shard1of3.jsonl"
+    write_jsonl(a, [{"id": "x", "p": 0.5}])
+    write_jsonl(b, [{"id": "y", "p": 1.0}])
+    with pytest.raises(DataError, match=r"missing shard\(s\) \[2\] of 3"):
+        merge([a, b], tmp_path / "p.jsonl")
+    write_jsonl(b, [{"id": "x", "p": 1.0}])
+    with pytest.raises(DataError, match="'x' is already in another shard"):
+        merge([a, b], tmp_path / "p.jsonl")
+
+
+def test_bad_input_is_reported_clearly(prepared, tiny_sft_model_dir, tmp_path):
+    cli = CliRunner()
+    bad = tmp_path / "records.jsonl"
+    lines = prepared.read_text().splitlines()
+    bad.write_text(lines[0] + "\n" + lines[1].replace('"question"', '"questoin"') + "\n")
+    res = cli.invoke(app, ["capability", "estimate", "--model", str(tiny_sft_model_dir), "--data", str(bad),
+                           "--out", str(tmp_path / "p.jsonl"), "--no-progress"])
+    assert res.exit_code == 1 and "line 2, field 'question': missing required field" in res.output
+    res = cli.invoke(app, ["capability", "estimate", "--model", str(tmp_path / "no-model"), "--data", str(prepared),
+                           "--out", str(tmp_path / "p.jsonl"), "--no-progress"])
+    assert res.exit_code == 1 and "does not exist" in res.output
+    res = cli.invoke(app, ["capability", "estimate", "--model", "x", "--data", str(prepared), "--out", "o.jsonl",
+                           "--shard", "2/2"])
+    assert res.exit_code == 1 and "0 <= i < n" in res.output
+    write_jsonl(tmp_path / "k4.jsonl", [{"id": "a", "p": 0.5, "capability": {"k": 4}}])
+    with pytest.raises(DataError, match="estimated with k=4, this run uses k=2"):
+        read_done(tmp_path / "k4.jsonl", 2)
