@@ -125,3 +125,56 @@ def test_only_search_is_a_tool():
     tools = [name for name, _ in inspect.getmembers(SearchEnv, predicate=inspect.isfunction)
              if name not in ("reset", "get_reward") and not name.startswith("_")]
     assert tools == ["search"]
+
+
+def _keyword_reward(completions, answers, environments, **kwargs):
+    """1 for a correct answer (the shared scorer), plus 0.1 for each search the rollout made."""
+    from awarl.agent.protocol import score_text
+
+    return [float(score_text(c, golds).outcome == "correct") + 0.1 * len(env.queries)
+            for c, golds, env in zip(completions, answers, environments)]
+
+
+@pytest.mark.slow
+def test_grpo_trains_a_tiny_model_with_search_env(tiny_sft_model_dir, hotpot_prepared, index, tmp_path):
+    """A few GRPO steps on CPU: TRL finds exactly the `search` tool, the warm-started model calls
+    it, the environments record the calls, and the weights move."""
+    pytest.importorskip("trl")
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(0)
+    records, _ = hotpot_prepared
+    rows = [{k: v for k, v in _row(r).items() if k != "meta"} for r in records[:8]]
+    env_cls = _env_class(index, topk=2, scope="closed", max_searches=2, max_tokens=20)
+    created: list[SearchEnv] = []
+
+    class RecordingEnv(env_cls):
+        def __init__(self):
+            super().__init__()
+            created.append(self)
+
+    tok = AutoTokenizer.from_pretrained(tiny_sft_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_sft_model_dir)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "grpo"), use_cpu=True, bf16=False, gradient_checkpointing=False,
+        per_device_train_batch_size=4, num_generations=4, max_completion_length=160, max_tool_calling_iterations=2,
+        max_steps=2, learning_rate=1e-3, logging_steps=1, save_strategy="no", report_to="none", temperature=1.0,
+        beta=0.0, loss_type="dapo", dataloader_num_workers=0, seed=0,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=[_keyword_reward], args=args, train_dataset=Dataset.from_list(rows),
+                          processing_class=tok, environment_factory=RecordingEnv)
+    assert [t.__name__ for t in trainer.tools] == ["search"]
+    trainer.train()
+
+    assert trainer.state.global_step == 2
+    searched = [env for env in created if env.queries]
+    assert searched, "the warm-started model never called search"
+    for env in searched:
+        assert len(env.retrieved) == len(env.queries) <= 2
+        assert all(set(ids) <= set(env.passages) for ids in env.retrieved)  # closed scope held in training
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert changed
