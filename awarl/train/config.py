@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +35,27 @@ log = logging.getLogger(__name__)
 
 class ConfigError(ValueError):
     """A recipe that cannot run; the message names the field, the problem and the fix."""
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """YAML with 1.2 booleans and floats: only true/false are booleans (``save_strategy: no``
+    stays "no") and ``1e-5`` is a number."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                    list("tTfF"))
+# YAML 1.2 floats also include 1e-5 (1.1 needs a dot: 1.0e-5).
+_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+$"),
+                                    list("-+0123456789"))
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML text with 1.2 booleans (`_Yaml12Loader`)."""
+    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def _doc(text: str, **kw: Any) -> Any:
@@ -199,7 +221,7 @@ class TrainConfig:
         if not path.exists():
             raise ConfigError(f"{path}: recipe not found")
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            raw = load_yaml(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML ({exc})") from None
         for item in overrides or []:
@@ -287,6 +309,9 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     0.3
     >>> apply_override(raw, "grpo.report_to=[tensorboard]"); raw["grpo"]["report_to"]
     ['tensorboard']
+    >>> apply_override(raw, "grpo.save_strategy=no"); raw["grpo"]["save_strategy"]
+    'no'
+
     """
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like section.field=value")
@@ -295,7 +320,7 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
     if not parts:
         raise ConfigError(f"override {item!r} has an empty key")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
+        value = load_yaml(text) if text.strip() else None
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
     node = raw
