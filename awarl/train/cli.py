@@ -94,6 +94,9 @@ def sweep_command(
                                         help="Print one accelerate command per γ (cluster) instead of running."),
     accelerate_config: str = typer.Option("configs/accelerate/zero2.yaml", "--accelerate-config",
                                           help="accelerate config used in the printed commands."),
+    eval_data: Path = typer.Option(None, "--eval-data", help="records.jsonl to evaluate every final model on; "
+                                                             "then `awarl eval report` compares them."),
+    eval_limit: int = typer.Option(None, "--eval-limit", help="Evaluate only the first N questions per data set."),
 ) -> None:
     """Run one training per courage factor gamma, then report."""
     from awarl.train import sweep
@@ -106,14 +109,19 @@ def sweep_command(
     if print_commands:
         for cmd in sweep.sweep_commands(config, runs, accelerate_config):
             typer.echo(cmd)
-        typer.echo("# after evaluating each final model into <run>/eval:")
-        typer.echo(sweep.report_command(runs))
+        typer.echo("# when every run has finished:")
+        for cmd in sweep.eval_commands(runs, eval_data or "EVAL_RECORDS.jsonl", _load(config, overrides)):
+            typer.echo(cmd)
         return
-    finals = sweep.run_sweep(config, runs, on_log=typer.echo)
-    for run, final in zip(runs, finals):
+    results = sweep.run_sweep(config, runs, eval_data=eval_data, eval_limit=eval_limit, on_log=typer.echo)
+    for run, final in zip(runs, results):
         typer.echo(f"gamma={run.gamma:g}: {final}")
-    typer.echo("next: evaluate each model into <run>/eval, then")
-    typer.echo(sweep.report_command(runs))
+    if eval_data is not None:
+        typer.echo(f"report: {results[-1]}")
+    else:
+        typer.echo("evaluate and compare the runs with:")
+        for cmd in sweep.eval_commands(runs, "EVAL_RECORDS.jsonl", _load(config, overrides)):
+            typer.echo(cmd)
 
 
 def export_command(

@@ -1,8 +1,10 @@
 """Courage sweep: one GRPO run per γ, then the evaluation report over their outputs.
 
-Locally the runs go one after another in this process. On a cluster, `sweep_commands` prints
-one ``accelerate launch`` command per γ (submit them as separate jobs); each writes to
-``<output_dir>/gamma_<γ>``.
+Locally the runs go one after another in this process; with evaluation data each final model is
+evaluated (`awarl.eval.run`) into ``<run>/eval`` and `awarl.eval.report.build_report` compares
+them in ``<root>/report``. On a cluster, `sweep_commands` prints one ``accelerate launch``
+command per γ (submit them as separate jobs) and the evaluation and report commands to run
+after them. Run i writes to ``<output_dir>/gamma_<γ>``.
 """
 
 from __future__ import annotations
@@ -52,16 +54,24 @@ def sweep_commands(config_path: str | Path, runs: Sequence[SweepRun], accelerate
     return cmds
 
 
-def report_command(runs: Sequence[SweepRun]) -> str:
-    """The `awarl eval report` call over the sweep's final models' evaluation outputs."""
-    inputs = " ".join(shlex.quote(str(r.output_dir / "eval")) for r in runs)
-    labels = " ".join(f"--label gamma={r.gamma:g}" for r in runs)
-    return f"awarl eval report {inputs} {labels}"
+def eval_commands(runs: Sequence[SweepRun], eval_data: str | Path, config: TrainConfig) -> list[str]:
+    """`awarl eval run` per final model, then `awarl eval report` over all of them."""
+    search = f"--index {shlex.quote(config.data.index)}" if config.data.index else (
+        f"--corpus {shlex.quote(config.data.corpus)}" if config.data.corpus else "")
+    cmds = [f"awarl eval run --model {shlex.quote(str(r.output_dir / 'final'))} --data {shlex.quote(str(eval_data))} "
+            f"--out {shlex.quote(str(r.output_dir / 'eval'))} --name gamma={r.gamma:g} {search} "
+            f"--scope {config.data.scope} --topk {config.env.topk} --max-turns {config.env.max_searches}".rstrip()
+            for r in runs]
+    root = runs[0].output_dir.parent if runs else Path(".")
+    cmds.append("awarl eval report " + " ".join(shlex.quote(str(r.output_dir / "eval")) for r in runs)
+                + f" --out {shlex.quote(str(root / 'report'))}")
+    return cmds
 
 
-def run_sweep(config_path: str | Path, runs: Sequence[SweepRun],
-              on_log: Callable[[str], None] | None = None) -> list[Path]:
-    """Train every run in turn (this process); returns the final model folders."""
+def run_sweep(config_path: str | Path, runs: Sequence[SweepRun], *, eval_data: str | Path | None = None,
+              eval_limit: int | None = None, on_log: Callable[[str], None] | None = None) -> list[Path]:
+    """Train every run in turn (this process); with ``eval_data``, evaluate each final model and
+    write the comparison report. Returns the final model folders (and the report folder last)."""
     from awarl.train import grpo
 
     finals = []
@@ -70,4 +80,19 @@ def run_sweep(config_path: str | Path, runs: Sequence[SweepRun],
             on_log(f"[sweep] gamma={run.gamma:g} -> {run.output_dir}")
         config = TrainConfig.from_yaml(config_path, list(run.overrides))
         finals.append(grpo.main(config, on_log=on_log))
-    return finals
+    if eval_data is None:
+        return finals
+    from awarl.eval.report import build_report
+    from awarl.eval.run import EvalConfig, run_eval
+
+    for run, final in zip(runs, finals):
+        config = TrainConfig.from_yaml(config_path, list(run.overrides))
+        run_eval(EvalConfig(model=str(final), data=Path(eval_data), out=run.output_dir / "eval",
+                            name=f"gamma={run.gamma:g}", limit=eval_limit,
+                            index=Path(config.data.index) if config.data.index else None,
+                            corpus=Path(config.data.corpus) if config.data.corpus else None,
+                            scope=config.data.scope, topk=config.env.topk, max_searches=config.env.max_searches,
+                            max_turns=config.env.max_searches), progress=on_log is not None)
+    report = runs[0].output_dir.parent / "report"
+    build_report([r.output_dir / "eval" for r in runs], report)
+    return [*finals, report]

@@ -127,3 +127,17 @@ def test_two_process_torchrun_cpu(tiny_sft_model_dir, train_files, tmp_path):
     assert len(logs) == 2 and all("awa/penalty" in h for h in logs)
     assert _penalty(out / "checkpoint-2")["penalty"]["step"] == 2
     assert (out / "final" / "model.safetensors").exists()
+
+
+def test_local_sweep_trains_per_gamma_and_reports(tiny_sft_model_dir, train_files, tmp_path):
+    from awarl.train import sweep
+
+    overrides = tiny_overrides(tiny_sft_model_dir, train_files, tmp_path / "sweep", max_steps=1,
+                               save_strategy="no", per_device_train_batch_size=4)
+    runs = sweep.plan(TINY_RECIPE, [0.3, 1.0], overrides)
+    results = sweep.run_sweep(TINY_RECIPE, runs, eval_data=train_files["records"], eval_limit=3)
+    finals, report = results[:-1], results[-1]
+    assert [f.parent.name for f in finals] == ["gamma_0.3", "gamma_1"]
+    assert all((f / "model.safetensors").exists() for f in finals)
+    text = (report / "report.md").read_text()
+    assert "gamma=0.3" in text and "gamma=1" in text
