@@ -106,7 +106,7 @@ def read_done(path: Path, k: int | None = None) -> dict[str, dict[str, Any]]:
     off; a broken line anywhere else, or rows estimated with another K, are errors."""
     if not path.exists():
         return {}
-    _drop_torn_tail(path)
+    drop_torn_tail(path)
     done: dict[str, dict[str, Any]] = {}
     for lineno, row in iter_jsonl(path):
         if "id" not in row or "p" not in row:
@@ -119,7 +119,8 @@ def read_done(path: Path, k: int | None = None) -> dict[str, dict[str, Any]]:
     return done
 
 
-def _drop_torn_tail(path: Path) -> None:
+def drop_torn_tail(path: Path) -> None:
+    """Cut an unfinished last line (a crash mid-write) off a JSONL file; add a missing final newline."""
     data = path.read_bytes()
     if not data or data.endswith(b"\n"):
         return
@@ -242,7 +243,7 @@ def _keep_trajectories_of(path: Path, done: set[str]) -> None:
     """On resume, drop trajectories of queries that did not finish (they will be rerun)."""
     if not path.exists():
         return
-    _drop_torn_tail(path)
+    drop_torn_tail(path)
     rows = [row for _, row in iter_jsonl(path) if row.get("record_id") in done]
     write_jsonl(path, rows)
 

@@ -54,3 +54,66 @@ def score_command(
     if run.metrics.abstain_recall is not None:
         typer.echo(f"abstain-recall on unanswerable: {run.metrics.abstain_recall:.4f}; "
                    f"over-refusal on answerable: {run.metrics.over_refusal if run.metrics.over_refusal is not None else 'n/a'}")
+
+
+def _fail(exc: Exception) -> None:
+    from rich.markup import escape
+
+    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
+    raise typer.Exit(1)
+
+
+@app.command("run")
+def run_command(
+    model: str = typer.Option(..., "--model", help="Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."),
+    data: Path = typer.Option(..., "--data", help="A prepared records.jsonl, or an official data file with --dataset."),
+    out: Path = typer.Option(..., "--out", help="Run folder (resumed if it exists)."),
+    dataset: str = typer.Option(None, "--dataset", help="Format of --data when it is an official file (hotpotqa, 2wiki, musique, flashrag)."),
+    name: str = typer.Option(None, "--name", help="Run name in reports (default: the folder name)."),
+    limit: int = typer.Option(None, "--limit", help="Only the first N questions of each data set."),
+    index: Path = typer.Option(None, "--index", help="Saved index folder to search."),
+    corpus: Path = typer.Option(None, "--corpus", help="corpus.jsonl to index with BM25 (default: beside --data)."),
+    scope: str = typer.Option("closed", "--scope", help="closed (each question's own passages) or global."),
+    topk: int = typer.Option(3, "--topk", help="Passages per search."),
+    max_turns: int = typer.Option(4, "--max-turns", help="Tool-calling rounds per question."),
+    max_tokens: int = typer.Option(1024, "--max-tokens", help="Token budget of a trajectory after the prompt."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (default)."),
+    concurrency: int = typer.Option(64, "--concurrency", help="Questions in flight at once."),
+    batch_size: int = typer.Option(32, "--batch-size", help="transformers backend: rows per generate call."),
+    device: str = typer.Option("auto", "--device", help="transformers backend: auto, cpu, cuda, cuda:N."),
+    metric: str = typer.Option("em", "--metric", help="What 'correct' means: em (default) or f1 (F1 >= 0.5)."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+) -> None:
+    """Run the agent over evaluation data; write trajectories, official predictions and metrics."""
+    from awarl.eval.run import EvalConfig, run_eval
+    from awarl.llm.base import BackendError
+
+    try:
+        config = EvalConfig(model=model, data=data, out=out, dataset=dataset, name=name, limit=limit, index=index,
+                            corpus=corpus, scope=scope, topk=topk, max_turns=max_turns, max_completion_tokens=max_tokens,
+                            temperature=temperature, max_concurrent=concurrency, metric=metric,
+                            backend_options={"device": device, "batch_size": batch_size})
+        result = run_eval(config, progress=not no_progress)
+    except (DataError, BackendError, ValueError) as exc:
+        _fail(exc)
+    m = result.metrics["macro"]
+    typer.echo(f"{result.evaluated} questions run, {result.skipped} already done -> {result.out}")
+    typer.echo(f"macro avg: precision {m['precision']:.4f}  accuracy {m['accuracy']:.4f}  RA-F1 {m['ra_f1']:.4f}  "
+               f"refusal {m['refusal_rate']:.4f}  EM {m['em']:.4f}  F1 {m['f1']:.4f}  "
+               f"searches/q {m['searches_per_question']:.2f}")
+
+
+@app.command("report")
+def report_command(
+    runs: list[Path] = typer.Argument(..., help="Run folders written by `awarl eval run`."),
+    out: Path = typer.Option(Path("report"), "--out", help="Folder for report.md, report.json and the PNG plots."),
+) -> None:
+    """Table (per data set + macro average) in Markdown and JSON, frontier and calibration plots."""
+    from awarl.eval.report import build_report
+
+    try:
+        paths = build_report(runs, out)
+    except (DataError, ValueError) as exc:
+        _fail(exc)
+    typer.echo(paths["markdown"].read_text(encoding="utf-8"))
+    typer.echo("wrote " + ", ".join(str(p) for p in paths.values()))

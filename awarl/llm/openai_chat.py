@@ -80,9 +80,9 @@ class OpenAIChatGenerator:
                 raise BackendError(f"model {model!r} is not served at {self.base_url}; it serves {served}")
         self.name = f"openai:{self.base_url}#{self.model}"
 
-    def served_models(self) -> list[str]:
-        """Model ids from ``GET /models``."""
-        body = self._request("GET", "/models")
+    def served_models(self, retries: int = 1) -> list[str]:
+        """Model ids from ``GET /models`` (few retries: a wrong URL should fail fast at load)."""
+        body = self._request("GET", "/models", retries=min(retries, self.max_retries))
         return [m.get("id") for m in body.get("data", []) if isinstance(m, dict) and m.get("id")]
 
     def generate(self, prompts: Sequence[ChatPrompt], params: SamplingParams) -> list[Generation]:
@@ -122,10 +122,11 @@ class OpenAIChatGenerator:
             completion_tokens=int(usage.get("completion_tokens") or 0),
         )
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def _request(self, method: str, path: str, retries: int | None = None, **kwargs: Any) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
+        retries = self.max_retries if retries is None else retries
         last = ""
-        for attempt in range(self.max_retries + 1):
+        for attempt in range(retries + 1):
             retry_after: float | None = None
             try:
                 response = self._client.request(method, path, **kwargs)
@@ -143,10 +144,10 @@ class OpenAIChatGenerator:
                 if response.status_code not in RETRY_STATUS:
                     raise BackendError(f"{method} {url} failed with {last}")
                 retry_after = _retry_after(response)
-            if attempt < self.max_retries:
+            if attempt < retries:
                 delay = retry_after if retry_after is not None else self.backoff * 2**attempt * (1 + random.random())
                 time.sleep(min(delay, 30.0))
-        raise BackendError(f"{method} {url} failed after {self.max_retries + 1} attempts: {last}")
+        raise BackendError(f"{method} {url} failed after {retries + 1} attempts: {last}")
 
     def close(self) -> None:
         self._client.close()

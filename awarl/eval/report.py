@@ -1,0 +1,210 @@
+"""``awarl eval report``: one table and two plots over one or more evaluation runs.
+
+- ``report.md`` / ``report.json``: per run, each data set and the macro average: precision,
+  accuracy, RA-F1, refusal rate, EM, F1, searches per question; abstain-recall and over-refusal
+  where the data has unanswerable questions (MuSiQue-Full); citation integrity (fabricated and
+  unsupported shares).
+- ``frontier.png``: precision against accuracy, one point per run (e.g. a γ sweep), with the
+  runs no other run beats on both joined up.
+- ``calibration.png``: refusal rate per p_i decile, one line per run, for runs whose records
+  carry ``p`` (from ``awarl capability estimate``). A calibrated agent refuses more as p_i falls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from awarl.data.records import DataError, iter_jsonl
+
+COLUMNS = (
+    ("precision", "P"),
+    ("accuracy", "A"),
+    ("ra_f1", "RA-F1"),
+    ("refusal_rate", "refusal"),
+    ("em", "EM"),
+    ("f1", "F1"),
+    ("searches_per_question", "searches/q"),
+    ("abstain_recall", "abstain-recall"),
+    ("over_refusal", "over-refusal"),
+    ("fabricated_share", "fabricated cites"),
+    ("unsupported_share", "unsupported cites"),
+)
+DECILES = 10
+
+
+@dataclass
+class RunSummary:
+    name: str
+    path: Path
+    metrics: dict[str, Any]
+    calibration: list[dict[str, Any]]
+
+
+def load_run(path: str | Path) -> RunSummary:
+    """A run folder's metrics and its refusal rate per p_i decile."""
+    path = Path(path)
+    metrics_path = path / "metrics.json"
+    if not metrics_path.exists():
+        raise DataError(metrics_path, "-", "not an evaluation run folder (run `awarl eval run … --out DIR` first)")
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(metrics_path, f"line {exc.lineno}", f"broken JSON ({exc.msg})") from None
+    for key in ("per_dataset", "macro"):
+        if key not in metrics:
+            raise DataError(metrics_path, "-", "missing required field", key)
+    rows = [row for _, row in iter_jsonl(path / "trajectories.jsonl")] if (path / "trajectories.jsonl").exists() else []
+    return RunSummary(metrics.get("name") or path.name, path, metrics, refusal_by_decile(rows))
+
+
+def refusal_by_decile(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Refusal rate in each tenth of p_i ([0, 0.1), …, [0.9, 1.0]); rows without ``p`` are left out.
+
+    >>> refusal_by_decile([{"p": 0.0, "abstained": True}, {"p": 0.05, "abstained": False}, {"p": 1.0, "abstained": False}])[0]
+    {'decile': 0, 'low': 0.0, 'high': 0.1, 'n': 2, 'refusal_rate': 0.5}
+    """
+    counts = [[0, 0] for _ in range(DECILES)]
+    for row in rows:
+        p = row.get("p")
+        if p is None:
+            continue
+        d = min(int(float(p) * DECILES), DECILES - 1)
+        counts[d][0] += 1
+        counts[d][1] += bool(row.get("abstained"))
+    return [
+        {"decile": d, "low": d / DECILES, "high": (d + 1) / DECILES, "n": n,
+         "refusal_rate": refused / n if n else None}
+        for d, (n, refused) in enumerate(counts)
+    ]
+
+
+def table_rows(runs: Sequence[RunSummary]) -> list[dict[str, Any]]:
+    """One row per (run, data set) plus a macro-average row per run."""
+    rows = []
+    for run in runs:
+        for dataset, m in run.metrics["per_dataset"].items():
+            rows.append({"run": run.name, "dataset": dataset, "n": m.get("n"), **{k: m.get(k) for k, _ in COLUMNS}})
+        macro = run.metrics["macro"]
+        rows.append({"run": run.name, "dataset": "macro avg", "n": macro.get("n"), **{k: macro.get(k) for k, _ in COLUMNS}})
+    return rows
+
+
+def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[RunSummary]) -> str:
+    shown = [(k, label) for k, label in COLUMNS if any(r.get(k) is not None for r in rows)]
+    head = ["run", "dataset", "n", *[label for _, label in shown]]
+    lines = ["# Evaluation report", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [str(r["run"]), str(r["dataset"]), str(r.get("n", ""))]
+        cells += ["–" if r.get(k) is None else f"{r[k]:.3f}" for k, _ in shown]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "P = correct / answered, A = correct / all, RA-F1 = 2PA / (P + A); refusal, EM and F1 over all "
+              "questions; macro avg = mean over data sets. Citations: fabricated = cited ids not in the corpus, "
+              "unsupported = cited passages not among the gold supporting passages.", ""]
+    if any(any(d["n"] for d in run.calibration) for run in runs):
+        lines += ["## Refusal rate by p_i decile", "", "| run | " + " | ".join(f"{d / 10:.1f}–{(d + 1) / 10:.1f}"
+                                                                          for d in range(DECILES)) + " |",
+                  "|" + "---|" * (DECILES + 1)]
+        for run in runs:
+            cells = ["–" if d["refusal_rate"] is None else f"{d['refusal_rate']:.2f} ({d['n']})" for d in run.calibration]
+            lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of points no other point beats on both coordinates, by increasing first coordinate.
+
+    >>> pareto_front([(0.2, 0.9), (0.3, 0.8), (0.25, 0.7), (0.4, 0.5)])
+    [0, 1, 3]
+    """
+    keep = [i for i, (x, y) in enumerate(points)
+            if not any((x2 >= x and y2 >= y) and (x2, y2) != (x, y) for x2, y2 in points)]
+    return sorted(keep, key=lambda i: points[i][0])
+
+
+def plot_frontier(runs: Sequence[RunSummary], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [(float(r.metrics["macro"].get("accuracy") or 0.0), float(r.metrics["macro"].get("precision") or 0.0))
+              for r in runs]
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    ax.scatter([x for x, _ in points], [y for _, y in points], zorder=3)
+    for run, (x, y) in zip(runs, points):
+        ax.annotate(run.name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    front = pareto_front(points)
+    if len(front) > 1:
+        ax.plot([points[i][0] for i in front], [points[i][1] for i in front], "--", color="gray", zorder=2,
+                label="frontier")
+        ax.legend(loc="lower left", fontsize=8)
+    ax.set_xlabel("accuracy (macro avg)")
+    ax.set_ylabel("precision (macro avg)")
+    ax.set_title("Precision–accuracy frontier")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_calibration(runs: Sequence[RunSummary], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    plotted = 0
+    for run in runs:
+        pts = [((d["low"] + d["high"]) / 2, d["refusal_rate"]) for d in run.calibration if d["n"]]
+        if pts:
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=run.name)
+            plotted += 1
+    if plotted:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no run has p_i on its records\n(run `awarl capability estimate` first)",
+                ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("capability p_i (decile midpoint)")
+    ax.set_ylabel("refusal rate")
+    ax.set_title("Refusal rate by p_i decile")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def build_report(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str, Path]:
+    """Write report.md, report.json, frontier.png and calibration.png into ``out``."""
+    if not run_dirs:
+        raise ValueError("give at least one run folder")
+    runs = [load_run(d) for d in run_dirs]
+    names = [r.name for r in runs]
+    if len(set(names)) < len(names):  # two folders with one name: tell them apart by path
+        for r in runs:
+            r.name = str(r.path)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = table_rows(runs)
+    paths = {"markdown": out / "report.md", "json": out / "report.json"}
+    paths["markdown"].write_text(to_markdown(rows, runs), encoding="utf-8")
+    paths["json"].write_text(json.dumps({
+        "runs": [{"name": r.name, "path": str(r.path), "model": r.metrics.get("model"),
+                  "overall": r.metrics.get("overall"), "macro": r.metrics["macro"],
+                  "per_dataset": r.metrics["per_dataset"], "refusal_by_p_decile": r.calibration} for r in runs],
+        "table": rows,
+    }, indent=2) + "\n", encoding="utf-8")
+    paths["frontier"] = plot_frontier(runs, out / "frontier.png")
+    paths["calibration"] = plot_calibration(runs, out / "calibration.png")
+    return paths

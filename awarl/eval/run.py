@@ -1,0 +1,300 @@
+"""``awarl eval run``: run the agent over evaluation data, write predictions and score them.
+
+A run folder holds:
+
+- ``run.json``: the settings (model, retrieval, sampling, budgets);
+- ``records.jsonl``: the records evaluated (so ``awarl eval score --data DIR/records.jsonl`` works);
+- ``trajectories.jsonl``: one line per question, appended as each finishes (an interrupted run
+  resumes from it and never redoes a finished question);
+- ``predictions.jsonl`` (all data sets, awarl JSONL) and ``predictions/<dataset>/`` in each
+  benchmark's official format;
+- ``metrics.json``: the scorer's numbers per data set and macro-averaged, plus searches per
+  question, stop reasons and citation integrity.
+
+Metrics come from scoring the written predictions exactly as ``awarl eval score`` does, so the
+two can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from awarl.data.records import DataError, Passage, QARecord, iter_jsonl, write_jsonl
+
+
+@dataclass
+class EvalConfig:
+    """One evaluation run."""
+
+    model: str
+    """Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."""
+    data: Path
+    """A prepared records.jsonl (any mix of data sets) or an official data file (with ``dataset``)."""
+    out: Path
+    """Run folder."""
+    dataset: str | None = None
+    """Format of ``data`` when it is an official file: hotpotqa, 2wiki, musique, flashrag."""
+    name: str | None = None
+    """Run name in reports (default: the folder name)."""
+    limit: int | None = None
+    """Evaluate only the first N questions of each data set."""
+    index: Path | None = None
+    """Saved index folder to search."""
+    corpus: Path | None = None
+    """corpus.jsonl to index with BM25 (default: beside ``data``, else the data file's own passages)."""
+    scope: str = "closed"
+    """closed: each question searches its own passages (MuSiQue-Full's unanswerable copies are then truly
+    unanswerable); global: the whole corpus."""
+    topk: int = 3
+    """Passages per search."""
+    max_searches: int = 4
+    """Searches per question before the tool refuses."""
+    max_turns: int = 4
+    """Tool-calling rounds per question."""
+    max_completion_tokens: int = 1024
+    """Token budget of a whole trajectory after the prompt."""
+    temperature: float = 0.0
+    """0 is greedy decoding (the default for evaluation)."""
+    max_concurrent: int = 64
+    """Questions in flight at once."""
+    seed: int = 0
+    """Sampling seed (only matters when temperature > 0)."""
+    metric: str = "em"
+    """What counts as correct: em or f1 (F1 >= 0.5)."""
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    """Extra `awarl.llm.spec.BackendOptions` (device, dtype, batch_size …)."""
+
+    def __post_init__(self) -> None:
+        if self.metric not in ("em", "f1"):
+            raise ValueError(f"metric must be em or f1, got {self.metric!r}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be >= 1, got {self.limit}")
+
+    def settings(self) -> dict[str, Any]:
+        row = asdict(self)
+        return {k: str(v) if isinstance(v, Path) else v for k, v in row.items()}
+
+
+@dataclass
+class EvalResult:
+    out: Path
+    metrics: dict[str, Any]
+    evaluated: int
+    skipped: int
+    seconds: float
+
+
+def load_data(config: EvalConfig) -> tuple[list[QARecord], list[Passage] | None]:
+    """Records to evaluate (first ``limit`` per data set) and, for an official file, its passages."""
+    from awarl.data.adapters import load_dataset_file
+    from awarl.eval.score import load_eval_data
+
+    passages = None
+    if config.dataset is not None and not _is_records_file(config.data):
+        records, passages = load_dataset_file(config.dataset, config.data)
+    else:
+        records = load_eval_data(config.data, config.dataset)
+    if config.limit is not None:
+        kept: dict[str, int] = {}
+        limited = []
+        for r in records:
+            kept[r.dataset] = kept.get(r.dataset, 0) + 1
+            if kept[r.dataset] <= config.limit:
+                limited.append(r)
+        records = limited
+    seen: dict[str, int] = {}
+    for n, r in enumerate(records, start=1):
+        if r.id in seen:
+            raise DataError(config.data, f"record {n}", f"duplicate id {r.id!r} (first at record {seen[r.id]})", "id")
+        seen[r.id] = n
+    if not records:
+        raise DataError(config.data, "-", "no records to evaluate")
+    return records, passages
+
+
+def _is_records_file(path: Path) -> bool:
+    if path.suffix != ".jsonl" or not path.exists():
+        return False
+    first = next(iter_jsonl(path), None)
+    return first is not None and {"answers", "dataset"} <= set(first[1])
+
+
+def run_eval(config: EvalConfig, *, backend: Any = None, progress: bool = True) -> EvalResult:
+    """Run (or resume) an evaluation, then write predictions and metrics."""
+    from awarl.agent.runner import Rollout, Runner, RunnerConfig, Trajectory
+    from awarl.agent.setup import check_scope, open_retriever, search_env_factory
+
+    records, passages = load_data(config)
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    _pin_records(out / "records.jsonl", records)
+    (out / "run.json").write_text(json.dumps(config.settings(), indent=2) + "\n", encoding="utf-8")
+    traj_path = out / "trajectories.jsonl"
+    done = _read_trajectories(traj_path)
+    todo = [r for r in records if r.id not in done]
+    check_scope(todo, config.scope, config.data)
+    retriever = open_retriever(config.index, config.corpus, data=config.data, passages=passages)
+    t0 = time.perf_counter()
+    if todo:
+        if backend is None:
+            from awarl.llm.spec import load_backend
+
+            backend = load_backend(config.model, seed=config.seed, **config.backend_options)
+        env = search_env_factory(retriever, scope=config.scope, topk=config.topk, max_searches=config.max_searches)
+        runner = Runner(backend, env, RunnerConfig(
+            max_turns=config.max_turns, max_completion_tokens=config.max_completion_tokens,
+            temperature=config.temperature, max_concurrent=config.max_concurrent, seed=config.seed,
+            metric=config.metric,  # type: ignore[arg-type]
+        ))
+        by_id = {r.id: r for r in todo}
+        with traj_path.open("a", encoding="utf-8") as sink, _progress(len(todo), progress) as advance:
+
+            def on_done(traj: Trajectory) -> None:
+                row = {**traj.to_dict(), "p": by_id[traj.record_id].meta.get("p"),
+                       "answerable": by_id[traj.record_id].answerable}
+                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+                sink.flush()
+                os.fsync(sink.fileno())
+                done[traj.record_id] = row
+                advance()
+
+            runner.run([Rollout(r) for r in todo], on_done=on_done)
+    seconds = time.perf_counter() - t0
+    metrics = write_predictions_and_metrics(config, records, done, retriever)
+    return EvalResult(out, metrics, len(todo), len(records) - len(todo), seconds)
+
+
+def _pin_records(path: Path, records: Sequence[QARecord]) -> None:
+    """Write the evaluated records; a resumed run must be over the same questions."""
+    if path.exists():
+        before = [row.get("id") for _, row in iter_jsonl(path)]
+        if before != [r.id for r in records]:
+            raise DataError(path, "-", "this run folder holds a run over other questions; use a new --out "
+                            "(or the same --data / --dataset / --limit as before)")
+        return
+    write_jsonl(path, (r.to_dict() for r in records))
+
+
+def _read_trajectories(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    from awarl.capability import drop_torn_tail
+
+    drop_torn_tail(path)
+    return {row["record_id"]: row for _, row in iter_jsonl(path)}
+
+
+def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord], trajectories: dict[str, dict[str, Any]],
+                                  retriever: Any) -> dict[str, Any]:
+    """Predictions (awarl JSONL + official formats), scored with the one scorer, plus run statistics."""
+    from awarl.eval.predictions import write_official
+    from awarl.eval.score import score_predictions
+
+    out = config.out
+    rows = [trajectories[r.id] for r in records]
+    answers = [t.get("answer") or "" for t in rows]  # no parsable answer is an empty answer: wrong, not an abstention
+    abstained = [bool(t.get("abstained")) for t in rows]
+    citations = [list(t.get("citations") or []) for t in rows]
+    write_jsonl(out / "predictions.jsonl", (
+        {"id": r.id, "answer": a, "abstained": ab, "citations": c}
+        for r, a, ab, c in zip(records, answers, abstained, citations)
+    ))
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault(r.dataset, []).append(i)
+    for dataset, idx in groups.items():
+        write_official(out / "predictions" / dataset, dataset, [records[i] for i in idx], [answers[i] for i in idx],
+                       [abstained[i] for i in idx], [citations[i] for i in idx])
+    scored = score_predictions(out / "records.jsonl", out / "predictions.jsonl", metric=config.metric)  # type: ignore[arg-type]
+
+    def extras(idx: Sequence[int]) -> dict[str, Any]:
+        return {**run_stats([rows[i] for i in idx]),
+                **citation_integrity([records[i] for i in idx], [rows[i] for i in idx], retriever)}
+
+    per_dataset = {name: {**m.to_dict(), **extras(groups[name])} for name, m in scored.per_dataset.items()}
+    macro = dict(scored.macro)
+    for key in ("searches_per_question", "fabricated_share", "unsupported_share"):
+        values = [d[key] for d in per_dataset.values() if d.get(key) is not None]
+        macro[key] = sum(values) / len(values) if values else None
+    metrics = {
+        "name": config.name or out.name,
+        "model": config.model,
+        "settings": config.settings(),
+        "overall": {**scored.metrics.to_dict(), **extras(range(len(records)))},
+        "per_dataset": per_dataset,
+        "macro": macro,
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    return metrics
+
+
+def run_stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Searches per question, stop reasons, unparsable finals, tokens and time."""
+    n = len(rows) or 1
+    stops: dict[str, int] = {}
+    for t in rows:
+        stops[t["stop_reason"]] = stops.get(t["stop_reason"], 0) + 1
+    return {
+        "searches_per_question": sum(len(t.get("queries", [])) for t in rows) / n,
+        "stop_reasons": stops,
+        "no_parsable_answer": sum(t.get("answer") is None for t in rows),
+        "completion_tokens_per_question": sum(t.get("completion_tokens", 0) for t in rows) / n,
+        "seconds_per_question": sum(t.get("seconds", 0.0) for t in rows) / n,
+    }
+
+
+def citation_integrity(records: Sequence[QARecord], rows: Sequence[dict[str, Any]], retriever: Any) -> dict[str, Any]:
+    """The VaaS citation error types over answered (non-abstained) questions.
+
+    - fabricated share: cited ids that are not in the corpus, over all cited ids;
+    - unsupported share: cited passages that exist but are not among the question's gold
+      supporting passages, over cited existing passages of questions that have gold support.
+    """
+    from awarl.agent.setup import passage_exists
+
+    cited = fabricated = checked = unsupported = answered = with_citation = 0
+    for record, t in zip(records, rows):
+        if t.get("abstained") or t.get("answer") is None:
+            continue
+        answered += 1
+        cites = t.get("citations") or []
+        with_citation += bool(cites)
+        gold = set(record.supporting)
+        for pid in cites:
+            cited += 1
+            if not passage_exists(retriever, pid):
+                fabricated += 1
+            elif gold:
+                checked += 1
+                unsupported += pid not in gold
+    return {
+        "citations": cited,
+        "cited_answer_share": with_citation / answered if answered else None,
+        "fabricated_share": fabricated / cited if cited else None,
+        "unsupported_share": unsupported / checked if checked else None,
+    }
+
+
+class _progress:
+    """Context manager yielding an ``advance()`` callable that moves a rich progress bar."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("[bold]eval[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("questions"),
+                            TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), disable=not enabled)
+        self.task = self.bar.add_task("eval", total=total)
+
+    def __enter__(self):
+        self.bar.start()
+        return lambda: self.bar.advance(self.task)
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
