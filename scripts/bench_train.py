@@ -2,12 +2,18 @@
 TRL GRPO with an EM-only reward and the same tool, model, data and settings, in the same process.
 
     python scripts/bench_train.py [--model DIR] [--steps 6] [--rounds 2]
+    python scripts/bench_train.py --cuda      # on a GPU box: bf16 tiny recipe + Qwen2.5-0.5B-shaped LoRA
 
 Runs alternate (plain, awarl, plain, awarl …) so machine load drifts hit both alike. The
 learning rate is 0 so both arms generate the same trajectories and the ratio measures only
 awarl's overhead (reward bookkeeping, global gather, penalty, callbacks), not a difference in
 what the models happened to write. The first step of every run (warm-up) is left out.
 Prints a table; the target is awarl / plain <= 1.15.
+
+With ``--cuda`` it instead times, on the GPU, (1) the tiny recipe in bf16 and (2) a randomly
+initialised model with Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 heads, 2 KV heads,
+MLP 4864; the tiny tokenizer's vocabulary) trained with LoRA — built from the config, nothing
+downloaded.
 """
 
 from __future__ import annotations
@@ -73,12 +79,58 @@ def run(arm: str, config, steps: int, out: Path) -> list[float]:
     return timer.times[1:]
 
 
+QWEN25_05B_SHAPE = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                        num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1_000_000.0)
+
+
+def build_qwen25_05b_shaped(tokenizer_dir: Path, out: Path) -> Path:
+    """A random model with Qwen2.5-0.5B's transformer shape and the tiny tokenizer, saved to ``out``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    config = Qwen2Config(vocab_size=((len(tok) + 63) // 64) * 64, tie_word_embeddings=True, bos_token_id=None,
+                         eos_token_id=eos, pad_token_id=tok.pad_token_id, **QWEN25_05B_SHAPE)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.generation_config.eos_token_id = [eos, tok.pad_token_id]
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def cuda_bench(args, work: Path, base: list[str], model: Path) -> None:
+    import torch
+
+    from awarl.train.config import TrainConfig
+
+    if not torch.cuda.is_available():
+        raise SystemExit("--cuda needs a CUDA device")
+    gpu = ["grpo.use_cpu=false", "grpo.bf16=true", "model.dtype=bfloat16", "grpo.learning_rate=1e-5"]
+    arms = {"tiny bf16": TrainConfig.from_yaml(ROOT / "configs/tiny_cpu.yaml", [*base, *gpu, f"model.path={model}"])}
+    big = build_qwen25_05b_shaped(model, work / "qwen25-05b-shaped")
+    arms["0.5B-shaped LoRA bf16"] = TrainConfig.from_yaml(
+        ROOT / "configs/tiny_cpu.yaml", [*base, *gpu, f"model.path={big}", "model.lora=true", "model.lora_r=16"])
+    rows = []
+    for name, config in arms.items():
+        torch.cuda.reset_peak_memory_stats()
+        times = run("awarl", config, args.steps, work / name.replace(" ", "_"))
+        rows.append((name, statistics.median(times), torch.cuda.max_memory_allocated() / 2**30))
+    print(f"\nGRPO on {torch.cuda.get_device_name()}, {args.batch} rollouts/step, {args.steps - 1} timed steps")
+    print(f"{'run':<24}{'median s/step':>15}{'peak GiB':>10}")
+    for name, med, mem in rows:
+        print(f"{name:<24}{med:>15.3f}{mem:>10.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="model folder (default: the warm-started tiny test model)")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=16, help="rollouts per step")
+    parser.add_argument("--cuda", action="store_true", help="GPU runs instead of the CPU overhead comparison")
     args = parser.parse_args()
 
     import torch
@@ -95,6 +147,10 @@ def main() -> None:
             f"grpo.per_device_train_batch_size={args.batch}", "grpo.num_generations=4", "grpo.steps_per_generation=1",
             "grpo.learning_rate=0.0", "grpo.save_strategy=no", "grpo.report_to=[none]",
         ]
+        if args.cuda:
+            cuda_bench(args, work, [o for o in overrides if not o.startswith(("model.path", "grpo.learning_rate"))],
+                       model)
+            return
         config = TrainConfig.from_yaml(ROOT / "configs/tiny_cpu.yaml", overrides)
         times: dict[str, list[float]] = {"plain": [], "awarl": []}
         t0 = time.perf_counter()
