@@ -14,6 +14,7 @@ O(query terms x allowed passages x log postings), instead of scoring the corpus 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -64,7 +65,8 @@ class BM25Index:
         self._model = model
         self.store = store
         self.settings = settings
-        self._stemmer = _make_stemmer(settings.stemmer)
+        self._local = threading.local()  # PyStemmer objects are not thread-safe: one per thread
+        _make_stemmer(settings.stemmer)  # fail now on an unknown language, not at the first query
         scores = model.scores
         self._data, self._indices, self._indptr = scores["data"], scores["indices"], scores["indptr"]
         self._num_docs = int(scores["num_docs"])
@@ -136,6 +138,12 @@ class BM25Index:
         return out
 
     # --- scoring --------------------------------------------------------------------------
+
+    @property
+    def _stemmer(self):
+        if not hasattr(self._local, "stemmer"):
+            self._local.stemmer = _make_stemmer(self.settings.stemmer)
+        return self._local.stemmer
 
     def _query_token_ids(self, queries: Sequence[str]) -> list[np.ndarray]:
         tokens = _bm25s().tokenize(

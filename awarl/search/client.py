@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import time
+from urllib.parse import quote
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +80,7 @@ class HttpRetriever:
         return self._size
 
     def get_passage(self, pid: str) -> Passage:
-        resp = self._request("GET", f"/passages/{pid}", allow_status=(404,))
+        resp = self._request("GET", f"/passages/{quote(pid, safe='')}", allow_status=(404,))
         if resp.status_code == 404:
             raise UnknownPassageError(pid, where=f"the index served at {self.url}")
         return Passage.from_dict(resp.json(), path=self.url, where=f"/passages/{pid}")

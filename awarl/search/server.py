@@ -109,6 +109,17 @@ def document(hit: Hit) -> dict[str, str]:
     return {"id": p.id, "contents": f'"{p.title}"\n{p.text}', "title": p.title, "text": p.text}
 
 
+def _known(retriever: Retriever, pid: str) -> bool:
+    store = getattr(retriever, "store", None)  # in-process indexes: a dict lookup, no passage read
+    if store is not None:
+        return pid in store.row_of
+    try:
+        retriever.get_passage(pid)
+    except UnknownPassageError:
+        return False
+    return True
+
+
 def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> Any:
     """The FastAPI app. Run it with uvicorn (`serve`), or in-process with
     ``with fastapi.testclient.TestClient(app) as client`` (the ``with`` starts the batcher)."""
@@ -173,10 +184,8 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
                 raise HTTPException(422, f"'allowed' has {len(req.allowed)} lists for {len(req.queries)} queries")
             for i, ids in enumerate(req.allowed):
                 for pid in ids:
-                    try:
-                        retriever.get_passage(pid)
-                    except UnknownPassageError:
-                        raise HTTPException(422, f"allowed[{i}]: unknown passage id {pid!r}") from None
+                    if not _known(retriever, pid):
+                        raise HTTPException(422, f"allowed[{i}]: unknown passage id {pid!r}")
         k = req.topk or settings.default_topk
         try:
             hits = await batcher.submit(req.queries, k, req.allowed)

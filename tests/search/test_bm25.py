@@ -166,3 +166,16 @@ def test_loading_a_damaged_or_foreign_folder_fails_clearly(hotpot_index, tmp_pat
     (saved / "passages.ids.json").unlink()
     with pytest.raises(DataError, match="missing index file"):
         load_index(saved)
+
+
+def test_concurrent_searches_from_threads_agree(hotpot_prepared, hotpot_index_dir):
+    """Servers and evaluation call one index from several threads (stemmers are per thread)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    records, _ = hotpot_prepared
+    index = load_index(hotpot_index_dir)
+    questions = [r.question for r in records]
+    expected = [[h.passage.id for h in row] for row in index.search(questions, 5)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        got = list(pool.map(lambda i: [h.passage.id for h in index.search([questions[i % 40]], 5)[0]], range(320)))
+    assert got == [expected[i % 40] for i in range(320)]
