@@ -107,3 +107,27 @@ def test_real_server_batches_concurrent_requests_without_errors(hotpot_prepared,
     assert all(status == 200 for _, _, status in answers)
     assert all(ids == expected[q] for q, ids, _ in answers)
     assert batches < len(answers)
+
+
+def test_index_failure_is_a_500_json_and_the_server_stays_up(hotpot_index):
+    class FailsOnce:
+        def __init__(self):
+            self.failed = False
+
+        def search(self, queries, k, allowed=None):
+            if not self.failed:
+                self.failed = True
+                raise RuntimeError("shard offline")
+            return hotpot_index.search(queries, k, allowed)
+
+        def get_passage(self, pid):
+            return hotpot_index.get_passage(pid)
+
+        def __len__(self):
+            return len(hotpot_index)
+
+    with TestClient(create_app(FailsOnce()), raise_server_exceptions=False) as c:
+        first = c.post("/retrieve", json={"queries": ["film"], "topk": 1})
+        assert first.status_code == 500 and first.json() == {"error": "retrieval failed: RuntimeError: shard offline"}
+        second = c.post("/retrieve", json={"queries": ["film"], "topk": 1})
+        assert second.status_code == 200 and len(second.json()["result"][0]) == 1
