@@ -30,7 +30,6 @@ from awarl.search.store import PassageStore
 _BM25S_DIR = "bm25s"
 
 
-
 def _bm25s():
     import bm25s
 
@@ -92,6 +91,7 @@ class BM25Index:
             raise ValueError("no passage has a word left to index after stop-word removal")
         model = bm25s.BM25(k1=settings.k1, b=settings.b, method=settings.method)
         model.index(tokens, show_progress=show_progress)
+        _sort_postings(model.scores)
         return cls(model, store, settings)
 
     def save(self, out_dir: str | Path) -> Path:
@@ -192,6 +192,21 @@ class BM25Index:
         rows, scores = rows[keep], scores[keep]
         order = np.lexsort((rows, -scores))[:k]
         return rows[order], scores[order]
+
+
+def _sort_postings(scores: dict[str, Any]) -> None:
+    """Make every posting list ascending by row (closed scope binary-searches them). bm25s
+    builds them sorted; this checks it, and reorders in place if a future version does not."""
+    indices, indptr = scores["indices"], scores["indptr"]
+    if len(indices) < 2:
+        return
+    rising = np.diff(indices) > 0
+    rising[indptr[1:-1][(indptr[1:-1] > 0) & (indptr[1:-1] < len(indices))] - 1] = True  # column boundaries
+    if rising.all():
+        return
+    column = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    order = np.lexsort((indices, column))
+    scores["indices"], scores["data"] = indices[order], scores["data"][order]
 
 
 def _make_stemmer(language: str | None):

@@ -179,3 +179,18 @@ def test_concurrent_searches_from_threads_agree(hotpot_prepared, hotpot_index_di
     with ThreadPoolExecutor(max_workers=8) as pool:
         got = list(pool.map(lambda i: [h.passage.id for h in index.search([questions[i % 40]], 5)[0]], range(320)))
     assert got == [expected[i % 40] for i in range(320)]
+
+
+def test_posting_lists_are_sorted_for_binary_search(hotpot_index):
+    from awarl.search.bm25 import _sort_postings
+
+    indices, indptr = hotpot_index._indices, hotpot_index._indptr
+    assert all((np.diff(indices[indptr[t]:indptr[t + 1]]) > 0).all() for t in range(len(indptr) - 1))
+    # an unsorted matrix gets reordered, values travelling with their rows
+    scores = {"indices": np.array([2, 0, 1, 5, 3]), "data": np.array([0.2, 0.0, 0.1, 0.5, 0.3]), "indptr": np.array([0, 3, 5])}
+    _sort_postings(scores)
+    assert scores["indices"].tolist() == [0, 1, 2, 3, 5] and scores["data"].tolist() == [0.0, 0.1, 0.2, 0.3, 0.5]
+    # sorted lists stay as they are even though rows fall back at a column boundary
+    scores = {"indices": np.array([3, 5, 0, 1]), "data": np.array([1.0, 2.0, 3.0, 4.0]), "indptr": np.array([0, 2, 4])}
+    _sort_postings(scores)
+    assert scores["indices"].tolist() == [3, 5, 0, 1] and scores["data"].tolist() == [1.0, 2.0, 3.0, 4.0]
