@@ -211,7 +211,10 @@ class TrainConfig:
             cfg = cls(**kwargs, source=source)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        cfg.validate()
+        try:
+            cfg.validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
         return cfg
 
     @classmethod
@@ -245,11 +248,17 @@ class TrainConfig:
             log.warning("grpo.vllm_mode 'server' with multi-turn tool calls can hang when several training "
                         "processes generate; the safe setting is vllm_mode 'colocate' with "
                         "vllm_tensor_parallel_size 1 (see docs/training.md)")
-        save_steps, per_gen = self.grpo.get("save_steps"), self.grpo.get("steps_per_generation")
-        if isinstance(save_steps, int) and isinstance(per_gen, int) and save_steps % per_gen:
+        save_steps = self.grpo.get("save_steps")
+        accumulation = self.grpo.get("gradient_accumulation_steps", 1)
+        # TRL generates once every steps_per_generation * num_iterations micro-batches.
+        every = self.grpo.get("steps_per_generation") or accumulation
+        every *= self.grpo.get("num_iterations", 1)
+        if isinstance(save_steps, int) and (save_steps * accumulation) % every:
             # A checkpoint inside a generation batch would make a resumed run generate that batch anew.
-            raise ConfigError(f"grpo.save_steps ({save_steps}) must be a multiple of grpo.steps_per_generation "
-                              f"({per_gen}) so a resumed run continues exactly where the checkpoint left off")
+            raise ConfigError(
+                f"grpo.save_steps ({save_steps}) must end on a generation batch: one generation batch lasts "
+                f"steps_per_generation x num_iterations / gradient_accumulation_steps = {every}/{accumulation} "
+                f"optimizer steps; pick save_steps as a multiple of it so a resumed run continues exactly")
         gen = self.grpo.get("num_generations")
         if gen is not None and gen < 2:
             raise ConfigError(f"grpo.num_generations must be >= 2 for group-relative advantages, got {gen}")

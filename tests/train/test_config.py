@@ -40,7 +40,7 @@ def test_overrides_and_errors_name_the_field():
         TrainConfig.from_yaml(TINY_RECIPE, ["reward.gamma=1.5"])
     with pytest.raises(ConfigError, match="num_generations"):
         TrainConfig.from_yaml(TINY_RECIPE, ["grpo.num_generatons=4"]).check_trainer_fields()
-    with pytest.raises(ConfigError, match="multiple of grpo.steps_per_generation"):
+    with pytest.raises(ConfigError, match="must end on a generation batch"):
         TrainConfig.from_yaml(TINY_RECIPE, ["grpo.save_steps=3", "grpo.steps_per_generation=4"])
 
 
