@@ -67,18 +67,12 @@ class _Batcher:
     async def run(self) -> None:
         while True:
             jobs = [await self.queue.get()]
+            if self.settings.batch_wait_ms > 0:  # let concurrent requests join this batch
+                await asyncio.sleep(self.settings.batch_wait_ms / 1000)
             size = len(jobs[0].queries)
-            deadline = time.monotonic() + self.settings.batch_wait_ms / 1000
-            while size < self.settings.max_batch:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0 and self.queue.empty():
-                    break
-                try:
-                    job = self.queue.get_nowait() if timeout <= 0 else await asyncio.wait_for(self.queue.get(), timeout)
-                except (asyncio.TimeoutError, asyncio.QueueEmpty):
-                    break
-                jobs.append(job)
-                size += len(job.queries)
+            while size < self.settings.max_batch and not self.queue.empty():
+                jobs.append(self.queue.get_nowait())
+                size += len(jobs[-1].queries)
             await self._answer(jobs)
 
     async def _answer(self, jobs: list[_Job]) -> None:
@@ -95,11 +89,13 @@ class _Batcher:
                 self.batches += 1
             except Exception as exc:  # one failure answers every job of the call; the worker lives on
                 for j in group:
-                    j.future.set_exception(exc)
+                    if not j.future.done():  # a client that hung up has cancelled its future
+                        j.future.set_exception(exc)
                 continue
             start = 0
             for j in group:
-                j.future.set_result([h[: j.k] for h in hits[start : start + len(j.queries)]])
+                if not j.future.done():
+                    j.future.set_result([h[: j.k] for h in hits[start : start + len(j.queries)]])
                 start += len(j.queries)
 
 
