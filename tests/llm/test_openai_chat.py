@@ -112,3 +112,28 @@ def test_message_conversion_round_trips_arguments():
     broken = from_openai_message({"content": None, "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "search", "arguments": "{not json"}}]})
     assert broken["tool_calls"][0]["function"]["arguments"] == "{not json"
+
+
+def test_runner_drives_the_chat_endpoint_with_the_search_tool(replay_server, hotpot_prepared):
+    """The runner's chat path: the server gets SearchEnv's tool schema, calls search, and the tool
+    result goes back tied to its call id; the final answer cites the passage the server read."""
+    from awarl.agent.env import tool_schema
+    from awarl.agent.runner import Rollout, Runner, RunnerConfig
+    from awarl.agent.setup import search_env_factory
+    from awarl.search.bm25 import BM25Index
+
+    records, passages = hotpot_prepared
+    env = search_env_factory(BM25Index.build(passages), scope="closed", topk=2, max_tokens=30)
+    backend = load_backend(f"openai:{replay_server.base_url}#agent", concurrency=4)
+    trajs = Runner(backend, env, RunnerConfig(max_turns=2, max_completion_tokens=4096)).run(
+        [Rollout(r) for r in records[:5]])
+    titles = {p.id: p.title for p in passages}
+    for rec, t in zip(records, trajs):
+        assert t.queries == [rec.question] and t.stop_reason == "answer"
+        assert t.retrieved_ids and set(t.retrieved_ids) <= set(rec.passages)
+        assert t.citations == [t.retrieved_ids[0]] and t.answer == titles[t.retrieved_ids[0]]
+        assert [m["role"] for m in t.messages] == ["assistant", "tool", "assistant"]
+        assert t.outcome in ("correct", "wrong") and t.prompt_tokens > 0 and t.completion_tokens > 0
+    assert replay_server.requests[0]["tools"] == [tool_schema()]
+    assert len(replay_server.requests) == 10  # two turns per question
+    backend.close()
