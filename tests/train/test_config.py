@@ -31,6 +31,17 @@ def test_7b_recipe_is_a_colocated_vllm_bf16_run():
     assert rollouts // g["num_generations"] >= 16
 
 
+def test_7b_recipe_builds_trl_configs(tmp_path):
+    """TRL's own checks (batch divisibility, …) pass; bf16 is switched off only because this
+    machine has no GPU."""
+    from trl import GRPOConfig, SFTConfig
+
+    cfg = TrainConfig.from_yaml(RECIPES[1])
+    grpo = GRPOConfig(output_dir=str(tmp_path), **{**cfg.grpo, "bf16": False})
+    assert grpo.steps_per_generation == cfg.grpo["gradient_accumulation_steps"]
+    assert SFTConfig(output_dir=str(tmp_path), **{**cfg.sft.args, "bf16": False}).max_length == 4096
+
+
 def test_overrides_and_errors_name_the_field():
     cfg = TrainConfig.from_yaml(TINY_RECIPE, ["reward.gamma=0.3", "grpo.max_steps=7", "env.topk=4"])
     assert (cfg.reward.gamma, cfg.grpo["max_steps"], cfg.env.topk) == (0.3, 7, 4)
