@@ -296,6 +296,10 @@ class Runner:
         if self.template is not None:
             conv.prompt_ids = self.template.prompt_ids(messages, conv.tools)
             conv.prompt_tokens = len(conv.prompt_ids)
+            limit = self.backend.max_model_len
+            if limit is not None and conv.prompt_tokens >= limit:
+                raise ValueError(f"record {rollout.record.id!r}: the prompt has {conv.prompt_tokens} tokens, "
+                                 f"the model's context is {limit}")
         return conv
 
     def _step(self, convs: list[_Conversation]) -> None:

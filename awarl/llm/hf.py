@@ -22,7 +22,8 @@ class HFGenerator:
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:1"`` …
         dtype: ``"auto"`` (bf16 on CUDA, fp32 on CPU), ``"bfloat16"``, ``"float16"``, ``"float32"``.
         batch_size: most rows per ``generate`` call; larger batches are split.
-        model_obj / tokenizer_obj: an already loaded model and tokenizer (skips loading ``model``).
+        model_obj / tokenizer_obj: an already loaded model and tokenizer (skips loading ``model``;
+            generation runs on the model's own device).
     """
 
     accepts: Literal["tokens"] = "tokens"
@@ -48,6 +49,8 @@ class HFGenerator:
         self.device = torch.device(device)
         if model_obj is None or tokenizer_obj is None:
             model_obj, tokenizer_obj = _load(str(model), self.device, dtype)
+        else:  # a model handed in (e.g. the one being trained) generates where it already is
+            self.device = next(model_obj.parameters()).device
         self.model = model_obj.eval()
         self.tokenizer = tokenizer_obj
         if self.tokenizer.pad_token_id is None:
