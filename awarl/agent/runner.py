@@ -60,6 +60,8 @@ class RunnerConfig:
     """Override `awarl.agent.protocol.SYSTEM_PROMPT` (None: the protocol's own)."""
     metric: Literal["em", "f1"] = "em"
     """What counts as correct when scoring (as in the reward)."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra chat-template variables, as GRPOConfig's ``chat_template_kwargs`` (e.g. ``enable_thinking``)."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 0:
@@ -253,7 +255,8 @@ class Runner:
         self.backend = backend
         self.env_factory = env_factory
         self.config = config or RunnerConfig()
-        self.template = ChatTemplate(backend.tokenizer) if backend.accepts == "tokens" else None
+        self.template = (ChatTemplate(backend.tokenizer, self.config.chat_template_kwargs)
+                         if backend.accepts == "tokens" else None)
         self._pool: list[Any] = []
 
     def run(
@@ -361,7 +364,7 @@ class Runner:
                 try:
                     if name not in tool_dict:
                         raise ValueError(f"Tool {name} not found.")
-                    result: Any = tool_dict[name](**args) if isinstance(args, dict) else tool_dict[name](args)
+                    result: Any = tool_dict[name](**args)  # arguments that are not a JSON object fail here, visibly
                 except Exception as exc:  # a tool error is a message to the model, as in TRL
                     result, failed = {"error": str(exc)}, True
             else:

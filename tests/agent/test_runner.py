@@ -118,3 +118,62 @@ def test_prompt_and_trajectory_ids_match_grpo_trainer(hotpot, tiny_sft_model_dir
     assert traj.completion_ids == trl_completion
     assert traj.tool_mask == trl_tool_mask
     assert traj.queries, "the comparison should cover a tool round"
+
+
+class ScriptedChat:
+    """A chat backend that replays scripted assistant messages, one per turn, for every conversation."""
+
+    accepts, tokenizer, eos_token_ids, max_model_len, name = "messages", None, [], None, "scripted"
+
+    def __init__(self, script):
+        self.script, self.seen = script, []
+
+    def generate(self, prompts, params):
+        from awarl.llm.base import Generation
+
+        out = []
+        for prompt in prompts:
+            self.seen.append(prompt)
+            turn = sum(m["role"] == "assistant" for m in prompt.messages)
+            message = self.script[turn]
+            out.append(Generation(text=message.get("content", ""), message=message, prompt_tokens=10 + 5 * turn,
+                                  completion_tokens=5))
+        return out
+
+    def close(self):
+        pass
+
+
+def _call(name, arguments):
+    return {"id": f"c-{name}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def test_tool_errors_become_messages_and_the_conversation_goes_on(hotpot):
+    records, index = hotpot
+    rec = records[0]
+    script = [
+        {"role": "assistant", "content": "", "tool_calls": [_call("search", "{not json"), _call("lookup", {"q": "x"})]},
+        {"role": "assistant", "content": "", "tool_calls": [_call("search", {"query": rec.question})]},
+        {"role": "assistant", "content": f"<answer>{rec.answers[0]}</answer> [{rec.supporting[0]}]"},
+    ]
+    backend = ScriptedChat(script)
+    traj = Runner(backend, search_env_factory(index, scope="closed"), RunnerConfig(max_turns=3)).run([Rollout(rec)])[0]
+    bad_args, unknown = traj.turns[0].tool_calls
+    assert bad_args.failed and bad_args.result.startswith("{'error': ") and "mapping" in bad_args.result
+    assert unknown.failed and unknown.result == "{'error': 'Tool lookup not found.'}"
+    assert not traj.turns[1].tool_calls[0].failed and traj.queries == [rec.question]
+    assert traj.stop_reason == "answer" and traj.outcome == "correct" and traj.citations == [rec.supporting[0]]
+    # Tool messages go back tied to their calls, after the assistant turn that made them.
+    second = backend.seen[1].messages
+    assert [m["role"] for m in second[2:]] == ["assistant", "tool", "tool"]
+    assert [m["tool_call_id"] for m in second[3:]] == ["c-search", "c-lookup"]
+    assert backend.seen[0].tools[0]["name"] == "search"
+
+
+def test_turn_budget_stops_a_model_that_keeps_searching(hotpot):
+    records, index = hotpot
+    script = [{"role": "assistant", "content": "", "tool_calls": [_call("search", {"query": f"q{i}"})]} for i in range(5)]
+    traj = Runner(ScriptedChat(script), search_env_factory(index, scope="closed"), RunnerConfig(max_turns=2)).run(
+        [Rollout(records[0])])[0]
+    assert traj.stop_reason == "turn_budget" and traj.queries == ["q0", "q1"] and traj.outcome == "unparsable"
+    assert len(traj.turns) == 3
