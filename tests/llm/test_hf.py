@@ -46,3 +46,13 @@ def test_seeded_sampling_is_reproducible(tiny_model_dir):
         backend = load_backend(str(tiny_model_dir), device="cpu")
         runs.append([g.token_ids for g in backend.generate(_prompts(backend, 3), params)])
     assert runs[0] == runs[1]
+
+
+@pytest.mark.gpu
+def test_cuda_bf16_generation(tiny_model_dir):
+    import torch
+
+    backend = load_backend(str(tiny_model_dir), device="cuda", dtype="bfloat16", batch_size=4)
+    assert backend.model.dtype == torch.bfloat16 and backend.device.type == "cuda"
+    gens = backend.generate(_prompts(backend, 6), SamplingParams(temperature=1.0, max_new_tokens=16, seed=0))
+    assert len(gens) == 6 and all(1 <= len(g.token_ids) <= 16 for g in gens)
