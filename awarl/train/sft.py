@@ -189,10 +189,12 @@ def build_sft_data(config: TrainConfig) -> SFTData:
 
 def sft_args(config: TrainConfig, output_dir: str | None = None):
     """TRL ``SFTConfig`` from the recipe: awarl's defaults, then the recipe's ``sft.args``."""
+    import torch
     from trl import SFTConfig
 
     from awarl.train.callbacks import report_to
 
+    on_gpu = torch.cuda.is_available() and not config.sft.args.get("use_cpu", False)
     kwargs: dict[str, Any] = {
         "output_dir": output_dir or config.output_dir,
         "seed": config.seed,
@@ -200,7 +202,8 @@ def sft_args(config: TrainConfig, output_dir: str | None = None):
         "report_to": report_to(config.logging),
         "logging_steps": 1,
         "save_strategy": "no",
-        "dataset_num_proc": None,
+        "bf16": on_gpu,  # TRL's default bf16=True means CPU autocast on a CPU box
+        "use_cpu": not on_gpu,
     }
     kwargs.update(config.sft.args)
     if not kwargs["assistant_only_loss"]:
