@@ -354,6 +354,8 @@ def estimate_command(
     concurrency: int = typer.Option(64, "--concurrency", help="Rollouts in flight at once."),
     batch_size: int = typer.Option(32, "--batch-size", help="transformers backend: rows per generate call."),
     device: str = typer.Option("auto", "--device", help="transformers backend: auto, cpu, cuda, cuda:N."),
+    dtype: str = typer.Option("auto", "--dtype", help="Weights dtype: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32."),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel-size", help="vLLM backend: GPUs per engine."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     trajectories: Path = typer.Option(None, "--trajectories", help="Also write every rollout's trajectory (JSONL)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
@@ -366,7 +368,8 @@ def estimate_command(
             model=model, data=data, out=out, k=k, temperature=temperature, shard=parse_shard(shard), index=index,
             corpus=corpus, scope=scope, topk=topk, max_turns=max_turns, max_completion_tokens=max_tokens,
             max_concurrent=concurrency, seed=seed, trajectories=trajectories,
-            backend_options={"device": device, "batch_size": batch_size},
+            backend_options={"device": device, "batch_size": batch_size, "dtype": dtype,
+                             "tensor_parallel_size": tensor_parallel},
         )
         result = estimate(config, progress=not no_progress)
     except (DataError, BackendError, ValueError) as exc:

@@ -81,6 +81,8 @@ def run_command(
     concurrency: int = typer.Option(64, "--concurrency", help="Questions in flight at once."),
     batch_size: int = typer.Option(32, "--batch-size", help="transformers backend: rows per generate call."),
     device: str = typer.Option("auto", "--device", help="transformers backend: auto, cpu, cuda, cuda:N."),
+    dtype: str = typer.Option("auto", "--dtype", help="Weights dtype: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32."),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel-size", help="vLLM backend: GPUs per engine."),
     metric: str = typer.Option("em", "--metric", help="What 'correct' means: em (default) or f1 (F1 >= 0.5)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
 ) -> None:
@@ -92,7 +94,8 @@ def run_command(
         config = EvalConfig(model=model, data=data, out=out, dataset=dataset, name=name, limit=limit, index=index,
                             corpus=corpus, scope=scope, topk=topk, max_turns=max_turns, max_completion_tokens=max_tokens,
                             temperature=temperature, max_concurrent=concurrency, metric=metric,
-                            backend_options={"device": device, "batch_size": batch_size})
+                            backend_options={"device": device, "batch_size": batch_size, "dtype": dtype,
+                                             "tensor_parallel_size": tensor_parallel})
         result = run_eval(config, progress=not no_progress)
     except (DataError, BackendError, ValueError) as exc:
         _fail(exc)
