@@ -42,3 +42,30 @@ def prepare(
         f"{dataset}: {n_rec} records ({n_rec - unanswerable} answerable, {unanswerable} unanswerable), "
         f"{n_pas} passages -> {out}"
     )
+
+
+@app.command("merge")
+def merge(
+    dirs: list[Path] = typer.Argument(..., help="Prepared folders (each with records.jsonl and corpus.jsonl)."),
+    out: Path = typer.Option(..., "--out", help="Output folder for the merged records.jsonl and corpus.jsonl."),
+) -> None:
+    """Merge prepared data sets into one (e.g. HotpotQA + MuSiQue for training or a multi-data-set
+    evaluation). Passages shared by several sets are kept once; a record id that appears twice is an error."""
+    from awarl.data.records import load_records
+
+    records, passages, seen = [], {}, {}
+    try:
+        for folder in dirs:
+            for rec in load_records(folder / "records.jsonl"):
+                if rec.id in seen:
+                    raise DataError(folder / "records.jsonl", f"record {rec.id!r}", f"id already in {seen[rec.id]}", "id")
+                seen[rec.id] = folder / "records.jsonl"
+                records.append(rec)
+            for p in load_corpus(folder / "corpus.jsonl"):
+                passages.setdefault(p.id, p)
+    except DataError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    write_jsonl(out / "records.jsonl", (r.to_dict() for r in records))
+    write_jsonl(out / "corpus.jsonl", (p.to_dict() for p in passages.values()))
+    typer.echo(f"merged {len(dirs)} folders: {len(records)} records, {len(passages)} passages -> {out}")

@@ -267,3 +267,21 @@ def warm_start_on_samples(model_dir: str | Path, out_dir: str | Path, samples_di
         records, passages = load_dataset_file(dataset, path)
         convs += gold_conversations(records, {p.id: p for p in passages})
     return warm_start(model_dir, out_dir, convs, [search_tool()], steps=steps, log=log)
+
+
+def _main() -> None:
+    """``python -m awarl.llm.tiny --out DIR [--samples data/samples]``: build the random tiny model."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Build a tiny offline Qwen2-shaped model and tokenizer.")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--samples", default="data/samples", help="folder of official-format samples to train the tokenizer on")
+    args = parser.parse_args()
+    texts = sample_texts(args.samples)
+    if not texts:
+        parser.error(f"no sample files found in {args.samples}")
+    print(f"tiny model -> {build_tiny_model(args.out, texts)}")
+
+
+if __name__ == "__main__":
+    _main()
