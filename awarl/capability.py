@@ -101,9 +101,10 @@ def shard_path(out: Path, i: int, n: int) -> Path:
     return out.with_name(f"{out.stem}.shard{i}of{n}{out.suffix or '.jsonl'}")
 
 
-def read_done(path: Path, k: int | None = None) -> dict[str, dict[str, Any]]:
+def read_done(path: Path, k: int | None = None, model: str | None = None,
+              temperature: float | None = None) -> dict[str, dict[str, Any]]:
     """Rows already written to an output file, by id. A broken last line (a crash mid-write) is cut
-    off; a broken line anywhere else, or rows estimated with another K, are errors."""
+    off; a broken line anywhere else, or rows estimated with another K, model or temperature, are errors."""
     if not path.exists():
         return {}
     drop_torn_tail(path)
@@ -111,10 +112,11 @@ def read_done(path: Path, k: int | None = None) -> dict[str, dict[str, Any]]:
     for lineno, row in iter_jsonl(path):
         if "id" not in row or "p" not in row:
             raise DataError(path, f"line {lineno}", "not a capability row (needs id and p)", "p")
-        row_k = row.get("capability", {}).get("k")
-        if k is not None and row_k != k:
-            raise DataError(path, f"line {lineno}", f"estimated with k={row_k}, this run uses k={k}; "
-                            "use the same --k or a new --out", "capability.k")
+        cap = row.get("capability", {})
+        for name, want in (("k", k), ("model", model), ("temperature", temperature)):
+            if want is not None and cap.get(name) != want:
+                raise DataError(path, f"line {lineno}", f"estimated with {name}={cap.get(name)!r}, this run uses "
+                                f"{name}={want!r}; use the same settings or a new --out", f"capability.{name}")
         done[row["id"]] = row
     return done
 
@@ -186,7 +188,7 @@ def estimate(config: CapabilityConfig, *, backend: Any = None, progress: bool = 
         i, n = config.shard
         records = records[i::n]
     out = shard_path(config.out, *config.shard) if config.shard else config.out
-    done = read_done(out, config.k)
+    done = read_done(out, config.k, config.model, config.temperature)
     todo = [r for r in records if r.id not in done]
     if config.trajectories is not None:
         _keep_trajectories_of(config.trajectories, set(done))

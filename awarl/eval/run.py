@@ -134,7 +134,7 @@ def run_eval(config: EvalConfig, *, backend: Any = None, progress: bool = True) 
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     _pin_records(out / "records.jsonl", records)
-    (out / "run.json").write_text(json.dumps(config.settings(), indent=2) + "\n", encoding="utf-8")
+    _pin_settings(out / "run.json", config)
     traj_path = out / "trajectories.jsonl"
     done = _read_trajectories(traj_path)
     todo = [r for r in records if r.id not in done]
@@ -179,6 +179,22 @@ def _pin_records(path: Path, records: Sequence[QARecord]) -> None:
                             "(or the same --data / --dataset / --limit as before)")
         return
     write_jsonl(path, (r.to_dict() for r in records))
+
+
+RESULT_SETTINGS = ("model", "index", "corpus", "scope", "topk", "max_searches", "max_turns", "max_completion_tokens",
+                   "temperature", "seed", "metric")
+"""Settings that change what a run produces: resuming with others would mix two runs in one folder."""
+
+
+def _pin_settings(path: Path, config: EvalConfig) -> None:
+    settings = config.settings()
+    if path.exists():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        changed = [k for k in RESULT_SETTINGS if k in before and before[k] != settings[k]]
+        if changed:
+            raise DataError(path, "-", "this run folder holds a run with other settings "
+                            f"({', '.join(f'{k}: {before[k]!r} -> {settings[k]!r}' for k in changed)}); use a new --out")
+    path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
 
 
 def _read_trajectories(path: Path) -> dict[str, dict[str, Any]]:

@@ -146,6 +146,9 @@ def test_interrupted_run_resumes_without_redoing_work(run_dir, prepared, tiny_sf
     other = CliRunner().invoke(app, ["eval", "run", "--model", str(tiny_sft_model_dir), "--data", str(prepared),
                                      "--out", str(resumed), "--limit", "1", "--device", "cpu"])
     assert other.exit_code == 1 and "holds a run over other questions" in other.output
+    other = CliRunner().invoke(app, ["eval", "run", "--model", str(tiny_sft_model_dir), "--data", str(prepared),
+                                     "--out", str(resumed), "--topk", "2", "--max-turns", "3", "--max-tokens", "512"])
+    assert other.exit_code == 1 and "holds a run with other settings (max_turns: 2 -> 3)" in other.output
 
 
 def test_report_over_two_runs(run_dir, prepared, tiny_sft_model_dir, tmp_path):
