@@ -25,9 +25,9 @@ def prepared(sample_files, tmp_path_factory) -> Path:
 
     hotpot, hp = load_dataset_file("hotpotqa", sample_files["hotpotqa"])
     musique, mp = load_dataset_file("musique", sample_files["musique_full"])
-    musique = musique[:4]  # MuSiQue-Full: two answerable questions and two unanswerable copies
-    assert [r.answerable for r in musique] == [True, True, False, False]
-    records = hotpot[:3] + musique
+    musique = musique[1:3]  # MuSiQue-Full: an answerable question and an unanswerable copy
+    assert [r.answerable for r in musique] == [True, False]
+    records = hotpot[:2] + musique
     folder = tmp_path_factory.mktemp("prepared")
     rows = [{**r.to_dict(), "p": round(0.15 + 0.23 * i, 2) % 1.0} for i, r in enumerate(records)]
     write_jsonl(folder / "records.jsonl", rows)
@@ -45,7 +45,7 @@ def run_dir(prepared, tiny_sft_model_dir, tmp_path_factory) -> Path:
         "--topk", "2", "--max-turns", "2", "--max-tokens", "512", "--device", "cpu", "--no-progress",
     ])
     assert res.exit_code == 0, res.output
-    assert "7 questions run, 0 already done" in res.output and "macro avg: precision" in res.output
+    assert "4 questions run, 0 already done" in res.output and "macro avg: precision" in res.output
     return out
 
 
@@ -64,12 +64,12 @@ def test_run_writes_every_file(run_dir):
                  "predictions/hotpotqa/pred.json", "predictions/musique/pred.jsonl"):
         assert (run_dir / name).exists(), name
     trajectories = _lines(run_dir / "trajectories.jsonl")
-    assert len(trajectories) == 7
+    assert len(trajectories) == 4
     assert all(t["p"] is not None and t["turns"] for t in trajectories)
     official = json.loads((run_dir / "predictions/hotpotqa/pred.json").read_text())
-    assert set(official) >= {"answer", "sp"} and len(official["answer"]) == 3
+    assert set(official) >= {"answer", "sp"} and len(official["answer"]) == 2
     musique = _lines(run_dir / "predictions/musique/pred.jsonl")
-    assert [m["id"] for m in musique] == [r["meta"]["official_id"] for r in _lines(run_dir / "records.jsonl")[3:]]
+    assert [m["id"] for m in musique] == [r["meta"]["official_id"] for r in _lines(run_dir / "records.jsonl")[2:]]
 
 
 def test_metrics_agree_with_eval_score_on_the_same_predictions(run_dir):
@@ -90,7 +90,7 @@ def test_metrics_agree_with_eval_score_on_the_same_predictions(run_dir):
         for key in SCORER_KEYS:
             assert official[key] == metrics["per_dataset"][dataset][key], (dataset, key)
     # MuSiQue-Full in closed scope reports abstention on its unanswerable copies.
-    assert metrics["per_dataset"]["musique"]["n_unanswerable"] == 2
+    assert metrics["per_dataset"]["musique"]["n_unanswerable"] == 1
     assert metrics["per_dataset"]["musique"]["abstain_recall"] is not None
 
 
@@ -100,9 +100,9 @@ def test_run_statistics_match_the_trajectories(run_dir, prepared):
     records = {r["id"]: r for r in _lines(prepared)}
     corpus = {p["id"] for p in _lines(prepared.parent / "corpus.jsonl")}
     overall = metrics["overall"]
-    assert overall["searches_per_question"] == pytest.approx(sum(len(t["queries"]) for t in trajectories) / 7)
-    assert overall["refusal_rate"] == pytest.approx(sum(t["abstained"] for t in trajectories) / 7)
-    assert sum(overall["stop_reasons"].values()) == 7
+    assert overall["searches_per_question"] == pytest.approx(sum(len(t["queries"]) for t in trajectories) / 4)
+    assert overall["refusal_rate"] == pytest.approx(sum(t["abstained"] for t in trajectories) / 4)
+    assert sum(overall["stop_reasons"].values()) == 4
     cited = [(c, t["record_id"]) for t in trajectories if not t["abstained"] and t["answer"] is not None
              for c in t["citations"]]
     assert overall["citations"] == len(cited)
@@ -119,7 +119,7 @@ def test_interrupted_run_resumes_without_redoing_work(run_dir, prepared, tiny_sf
 
     resumed = tmp_path / "resumed"
     shutil.copytree(run_dir, resumed)
-    kept = (resumed / "trajectories.jsonl").read_text().splitlines()[:3]
+    kept = (resumed / "trajectories.jsonl").read_text().splitlines()[:2]
     (resumed / "trajectories.jsonl").write_text("\n".join(kept) + '\n{"record_id": "torn')  # crash mid-write
     (resumed / "metrics.json").unlink()
 
@@ -137,10 +137,10 @@ def test_interrupted_run_resumes_without_redoing_work(run_dir, prepared, tiny_sf
     config = EvalConfig(model=str(tiny_sft_model_dir), data=prepared, out=resumed, topk=2, max_turns=2,
                         max_completion_tokens=512)
     result = run_eval(config, backend=backend, progress=False)
-    assert (result.evaluated, result.skipped) == (4, 3)
-    assert backend.calls == 4  # first turns of the unfinished questions only
+    assert (result.evaluated, result.skipped) == (2, 2)
+    assert backend.calls == 2  # first turns of the unfinished questions only
     lines = (resumed / "trajectories.jsonl").read_text().splitlines()
-    assert lines[:3] == kept and len(lines) == 7
+    assert lines[:2] == kept and len(lines) == 4
     assert (resumed / "predictions.jsonl").read_text() == (run_dir / "predictions.jsonl").read_text()
 
     other = CliRunner().invoke(app, ["eval", "run", "--model", str(tiny_sft_model_dir), "--data", str(prepared),
@@ -178,7 +178,7 @@ def test_report_over_two_runs(run_dir, prepared, tiny_sft_model_dir, tmp_path):
     # Calibration: refusal rate per p_i decile, recomputed from the trajectories.
     trajectories = _lines(run_dir / "trajectories.jsonl")
     deciles = report["runs"][0]["refusal_by_p_decile"]
-    assert sum(d["n"] for d in deciles) == 7
+    assert sum(d["n"] for d in deciles) == 4
     for d in deciles:
         inside = [t for t in trajectories if min(int(t["p"] * 10), 9) == d["decile"]]
         assert d["n"] == len(inside)
