@@ -4,7 +4,8 @@ TRL GRPO with an EM-only reward and the same tool, model, data and settings, in 
     python scripts/bench_train.py [--model DIR] [--steps 6] [--rounds 2]
     python scripts/bench_train.py --cuda      # on a GPU box: bf16 tiny recipe + Qwen2.5-0.5B-shaped LoRA
 
-Runs alternate (plain, awarl, plain, awarl …) so machine load drifts hit both alike. The
+Runs alternate (plain, awarl, awarl, plain, …) so machine load drifts and warm caches hit both
+alike. The
 learning rate is 0 so both arms generate the same trajectories and the ratio measures only
 awarl's overhead (reward bookkeeping, global gather, penalty, callbacks), not a difference in
 what the models happened to write. The first step of every run (warm-up) is left out.
@@ -143,7 +144,7 @@ def main() -> None:
         records, corpus, model = prepare(work, args.model)
         overrides = [
             f"model.path={model}", f"data.records={records}", "data.capability=null", f"data.corpus={corpus}",
-            "logging.report_to=[none]", "logging.summary=false", f"grpo.max_steps={args.steps}",
+            "logging.report_to=[none]", f"grpo.max_steps={args.steps}",
             f"grpo.per_device_train_batch_size={args.batch}", "grpo.num_generations=4", "grpo.steps_per_generation=1",
             "grpo.learning_rate=0.0", "grpo.save_strategy=no", "grpo.report_to=[none]",
         ]
@@ -155,7 +156,7 @@ def main() -> None:
         times: dict[str, list[float]] = {"plain": [], "awarl": []}
         t0 = time.perf_counter()
         for r in range(args.rounds):
-            for arm in ("plain", "awarl"):
+            for arm in (("plain", "awarl") if r % 2 == 0 else ("awarl", "plain")):
                 times[arm] += run(arm, config, args.steps, work / f"{arm}{r}")
         wall = time.perf_counter() - t0
 
