@@ -136,8 +136,9 @@ class SFTSection:
                                   default=None)
     source: Literal["gold", "trajectories"] = _doc(
         "'gold': build search -> passages -> cited answer (or abstain) from the supporting passages; "
-        "'trajectories': filtered runner trajectories (JSONL with `messages`).", default="gold")
-    trajectories: str | None = _doc("Runner output (JSONL with `messages`, `outcome`) when source is 'trajectories'.",
+        "'trajectories': filtered runner trajectories (JSONL with `record_id`, `messages`).", default="gold")
+    trajectories: str | None = _doc("Runner / `awarl capability --trajectories` output (JSONL rows with `record_id` "
+                                    "and `messages`) when source is 'trajectories'.",
                                     default=None)
     abstain_share: float = _doc(
         "Gold source: share of answerable records shown only distractors and ending in an abstention (teaches "

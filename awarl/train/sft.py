@@ -108,9 +108,12 @@ def trajectory_conversations(
     *,
     keep_outcomes: Sequence[str] = ("correct", "abstain"),
     abstain_only_unanswerable: bool = True,
+    system_prompt: str | None = None,
 ) -> SFTData:
-    """Runner trajectories (JSONL rows with ``id`` and ``messages``) re-scored with the protocol
-    scorer against the records and kept by outcome."""
+    """Runner trajectories re-scored with the protocol scorer against the records and kept by
+    outcome. A row needs ``record_id`` (or ``id``) and ``messages``; when the messages are the
+    completion only (as `awarl.agent.runner.Trajectory` stores them), the protocol's prompt is
+    put in front."""
     by_id = {r.id: r for r in records}
     out: list[list[dict]] = []
     skipped: dict[str, int] = {}
@@ -118,10 +121,13 @@ def trajectory_conversations(
         where = f"line {lineno}"
         if not isinstance(row.get("messages"), list) or not row["messages"]:
             raise DataError(path, where, "expected a non-empty list of chat messages", "messages")
-        rec = by_id.get(row.get("id"))
+        rid = row.get("record_id", row.get("id"))
+        rec = by_id.get(rid)
         if rec is None:
-            raise DataError(path, where, f"id {row.get('id')!r} is not in the training records", "id")
+            raise DataError(path, where, f"record id {rid!r} is not in the training records", "record_id")
         messages = [m for m in row["messages"] if m.get("role") in ("system", "user", "assistant", "tool")]
+        if messages and messages[0]["role"] not in ("system", "user"):
+            messages = build_messages(rec.question, system_prompt) + messages
         if messages[-1].get("role") != "assistant":
             skipped["does not end with an assistant message"] = skipped.get("does not end with an assistant message", 0) + 1
             continue
@@ -178,7 +184,8 @@ def build_sft_data(config: TrainConfig) -> SFTData:
         records = records[: config.data.limit]
     if config.sft.source == "trajectories":
         return trajectory_conversations(config.sft.trajectories, records, keep_outcomes=config.sft.keep_outcomes,
-                                        abstain_only_unanswerable=config.sft.abstain_only_unanswerable)
+                                        abstain_only_unanswerable=config.sft.abstain_only_unanswerable,
+                                        system_prompt=config.data.system_prompt)
     if not config.data.corpus:
         raise ConfigError("sft.source 'gold' needs data.corpus (the passages the supporting ids point to)")
     passages = {p.id: p for p in load_corpus(config.data.corpus)}

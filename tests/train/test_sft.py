@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from awarl.train import sft
@@ -55,3 +56,34 @@ def test_sft_masks_tool_results_and_trains(tiny_model_dir, train_files, tmp_path
 
     saved = AutoTokenizer.from_pretrained(tmp_path / "final")
     assert saved.chat_template == qwen2_5_chat_template and saved.eos_token == "<|im_end|>"
+
+
+def test_trajectories_are_rescored_and_filtered(hotpot_prepared, tmp_path):
+    from awarl.agent.protocol import format_final, tool_call_message, tool_result_message
+    from awarl.data.records import DataError, write_jsonl
+
+    records, _ = hotpot_prepared
+    rec = records[0]
+    unanswerable = type(rec)(**{**rec.to_dict(), "id": "u1", "answerable": False})
+
+    def traj(record_id, final):  # the runner's Trajectory rows: the completion only
+        return {"record_id": record_id, "question": "ignored", "outcome": "stale",
+                "messages": [tool_call_message("q"), tool_result_message("[d1] T: text"),
+                             {"role": "assistant", "content": final}]}
+
+    rows = [traj(rec.id, format_final(rec.answers[0], ["d1"])),   # correct -> kept
+            traj(rec.id, format_final("someone else")),          # wrong -> dropped
+            traj(rec.id, format_final("not enough information")),  # abstains on answerable -> dropped
+            traj("u1", format_final("not enough information")),    # abstains on unanswerable -> kept
+            traj(rec.id, "no answer tags")]                          # unparsable -> dropped
+    write_jsonl(tmp_path / "traj.jsonl", rows)
+    data = sft.trajectory_conversations(tmp_path / "traj.jsonl", [rec, unanswerable])
+    assert len(data.conversations) == 2
+    assert data.skipped == {"outcome wrong": 1, "outcome abstain": 1, "outcome unparsable": 1}
+    kept = data.conversations[0]
+    assert [m["role"] for m in kept] == ["system", "user", "assistant", "tool", "assistant"]
+    assert kept[1]["content"] == rec.question  # the prompt is rebuilt from the record, not the row
+
+    write_jsonl(tmp_path / "bad.jsonl", [traj("nope", "x")])
+    with pytest.raises(DataError, match="line 1.*record_id"):
+        sft.trajectory_conversations(tmp_path / "bad.jsonl", [rec])
