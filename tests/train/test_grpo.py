@@ -141,3 +141,21 @@ def test_local_sweep_trains_per_gamma_and_reports(tiny_sft_model_dir, train_file
     assert all((f / "model.safetensors").exists() for f in finals)
     text = (report / "report.md").read_text()
     assert "gamma=0.3" in text and "gamma=1" in text
+
+
+def test_grpo_searches_a_retrieval_server(tiny_sft_model_dir, train_files, tmp_path):
+    """The cluster setup: rollouts search a node-local `awarl search serve` over HTTP."""
+    from awarl.data.records import load_corpus
+    from awarl.search.bm25 import BM25Index
+    from awarl.search.server import background_server
+
+    index = BM25Index.build(load_corpus(train_files["corpus"]))
+    out = tmp_path / "grpo_http"
+    with background_server(index) as url:
+        overrides = tiny_overrides(tiny_sft_model_dir, train_files, out, max_steps=1, save_strategy="no")
+        cfg = TrainConfig.from_yaml(TINY_RECIPE, [*overrides, "data.corpus=null", f"data.retriever_url={url}"])
+        trainer, _ = grpo.build_trainer(cfg, str(out))
+        trainer.train()
+    searches = [h["env/searches_per_rollout"] for h in trainer.state.log_history if "env/searches_per_rollout" in h]
+    assert searches and searches[0] > 0  # the model searched, and the server answered
+    assert trainer.state.log_history[0]["tools/failure_frequency"] == 0
