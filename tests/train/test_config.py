@@ -76,3 +76,26 @@ def test_sweep_prints_one_accelerate_command_per_gamma(tmp_path):
     assert "awarl eval report" in result.output
     bad = CliRunner().invoke(app, ["sweep", "--config", str(TINY_RECIPE), "--gamma", "0", "--print-commands"])
     assert bad.exit_code == 2 and "gamma" in bad.output
+
+
+@pytest.mark.parametrize("name, kind, stage", [("ddp", "MULTI_GPU", None), ("zero2", "DEEPSPEED", 2),
+                                               ("zero3", "DEEPSPEED", 3)])
+def test_accelerate_configs(name, kind, stage):
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "configs" / "accelerate" / f"{name}.yaml").read_text())
+    assert cfg["distributed_type"] == kind and cfg["mixed_precision"] == "bf16" and cfg["num_processes"] == 8
+    assert (cfg.get("deepspeed_config") or {}).get("zero_stage") == stage
+
+
+def test_multinode_launcher_checks_its_inputs():
+    import subprocess
+
+    script = ROOT / "scripts" / "launch_multinode.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    usage = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage" in usage.stderr
+    env = {"PATH": "/usr/bin:/bin"}  # no SLURM, no MACHINE_RANK
+    missing = subprocess.run(["bash", str(script), "--config", "c.yaml", "--index", "i"], capture_output=True,
+                             text=True, env=env)
+    assert missing.returncode == 2 and "MACHINE_RANK" in missing.stderr
