@@ -26,6 +26,14 @@ from awarl.llm.base import BackendError, ChatPrompt, Generation, SamplingParams
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
+class RetriesExhausted(BackendError):
+    """A retryable failure (timeout, connection error, 408/409/429/5xx) lasted through every attempt."""
+
+    def __init__(self, message: str, *, attempts: int, last_error: str) -> None:
+        super().__init__(message)
+        self.attempts, self.last_error = attempts, last_error
+
+
 class OpenAIChatGenerator:
     """Chat completions over HTTP.
 
@@ -92,7 +100,35 @@ class OpenAIChatGenerator:
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
             return list(pool.map(lambda p: self._complete(p, params), prompts))
 
+    def sample(self, prompt: ChatPrompt, params: SamplingParams, n: int = 1) -> list[Generation]:
+        """``n`` assistant turns for one conversation, asked for in one request (``"n"`` in the
+        body); a server that returns fewer choices is asked again for the rest. A request's token
+        usage is counted on its first choice."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        out: list[Generation] = []
+        while len(out) < n:
+            payload = self._payload(prompt, params)
+            payload["n"] = n - len(out)
+            body = self._request("POST", "/chat/completions", json=payload)
+            choices = body.get("choices") if isinstance(body, dict) else None
+            if not isinstance(choices, list) or not choices:
+                raise BackendError(f"POST {self.base_url}/chat/completions returned no choices: {str(body)[:300]}")
+            usage = body.get("usage") or {}
+            out.extend(self._generation(body, c, usage if i == 0 else {}) for i, c in enumerate(choices))
+        return out[:n]
+
     def _complete(self, prompt: ChatPrompt, params: SamplingParams) -> Generation:
+        body = self._request("POST", "/chat/completions", json=self._payload(prompt, params))
+        try:
+            choice = body["choices"][0]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise BackendError(
+                f"POST {self.base_url}/chat/completions returned an unexpected body (missing {exc}): {str(body)[:300]}"
+            ) from None
+        return self._generation(body, choice, body.get("usage") or {})
+
+    def _payload(self, prompt: ChatPrompt, params: SamplingParams) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": to_openai_messages(prompt.messages),
@@ -105,15 +141,15 @@ class OpenAIChatGenerator:
         if prompt.tools:
             payload["tools"] = [{"type": "function", "function": schema} for schema in prompt.tools]
             payload["tool_choice"] = "auto"
-        body = self._request("POST", "/chat/completions", json=payload)
+        return payload
+
+    def _generation(self, body: dict[str, Any], choice: Any, usage: dict[str, Any]) -> Generation:
         try:
-            choice = body["choices"][0]
             message = from_openai_message(choice["message"])
         except (KeyError, IndexError, TypeError) as exc:
             raise BackendError(
                 f"POST {self.base_url}/chat/completions returned an unexpected body (missing {exc}): {str(body)[:300]}"
             ) from None
-        usage = body.get("usage") or {}
         return Generation(
             text=message.get("content") or "",
             finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
@@ -147,7 +183,7 @@ class OpenAIChatGenerator:
             if attempt < retries:
                 delay = retry_after if retry_after is not None else self.backoff * 2**attempt * (1 + random.random())
                 time.sleep(min(delay, 30.0))
-        raise BackendError(f"{method} {url} failed after {retries + 1} attempts: {last}")
+        raise RetriesExhausted(f"{method} {url} failed after {retries + 1} attempts: {last}", attempts=retries + 1, last_error=last)
 
     def close(self) -> None:
         self._client.close()
