@@ -96,5 +96,6 @@ def tiny_sft_model_dir(tiny_model_dir) -> Path:
     """The tiny model after a short warm start: it calls `search`, then answers or abstains."""
     from awarl.llm.tiny import warm_start_on_samples
 
-    key = _fingerprint(ROOT / "awarl/llm/tiny.py", ROOT / "awarl/agent/protocol.py", ROOT / "awarl/agent/env.py")
+    key = _fingerprint(ROOT / "awarl/llm/tiny.py", ROOT / "awarl/agent/protocol.py", ROOT / "awarl/agent/env.py",
+                       ROOT / "awarl/train/sft.py", ROOT / "awarl/search/retriever.py")
     return _locked_build(CACHE / f"tiny-sft-{key}", lambda d: warm_start_on_samples(tiny_model_dir, d, SAMPLES))

@@ -224,7 +224,9 @@ class Score:
 
     @property
     def answered(self) -> bool:
-        return self.outcome in ("correct", "wrong")
+        """Everything but an abstention: an unparsable reply did not abstain, so it counts as a
+        wrong answer (a model that babbles cannot raise its precision that way)."""
+        return self.outcome != "abstain"
 
 
 def score(

@@ -6,20 +6,16 @@ and speaks the real protocol: Qwen2.5's chat template (the one TRL recognises fo
 tokenizer is trained here on the texts it will see, with Qwen2's own normaliser and
 pre-tokeniser so that ``AutoTokenizer.from_pretrained`` rebuilds it identically on reload.
 
-A randomly initialised model never calls the tool, so `warm_start` runs a short supervised pass
-on gold conversations (assistant tokens only carry loss) before anything else uses it.
+A randomly initialised model never calls the tool, so `warm_start_on_samples` runs a short
+``awarl train sft`` on gold conversations before anything else uses it.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import random
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -118,87 +114,6 @@ def build_tiny_model(out_dir: str | Path, texts: Iterable[str], shape: TinyShape
     return out
 
 
-def assistant_labels(tokenizer: Any, messages: Sequence[dict], tools: Sequence[Callable] | None) -> tuple[list[int], list[int]]:
-    """Token ids of a conversation and labels that keep only assistant turns (tool results,
-    system and user text get -100). Turn boundaries come from rendering growing prefixes."""
-    ids: list[int] = []
-    labels: list[int] = []
-    for end in range(1, len(messages) + 1):
-        rendered = tokenizer.apply_chat_template(list(messages[:end]), tools=tools, tokenize=True, return_dict=False)
-        new = rendered[len(ids):]
-        if rendered[: len(ids)] != ids:
-            raise ValueError("chat template is not prefix-preserving; cannot mask per turn")
-        is_assistant = messages[end - 1]["role"] == "assistant"
-        if is_assistant:
-            # The "<|im_start|>assistant\n" header is prompt, not response.
-            header = len(tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"])
-            labels += [-100] * header + new[header:]
-        else:
-            labels += [-100] * len(new)
-        ids = rendered
-    return ids, labels
-
-
-def warm_start(
-    model_dir: str | Path,
-    out_dir: str | Path,
-    conversations: Sequence[Sequence[dict]],
-    tools: Sequence[Callable] | None,
-    *,
-    steps: int = 300,
-    batch_size: int = 8,
-    lr: float = 3e-3,
-    seed: int = 0,
-    log: Callable[[str], None] | None = None,
-) -> Path:
-    """A short assistant-only supervised pass so a random tiny model learns the protocol (call
-    ``search``, then answer with citations or abstain). For real cold starts use ``awarl train sft``."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    examples = [assistant_labels(tok, conv, tools) for conv in conversations]
-    if not examples:
-        raise ValueError("warm_start needs at least one conversation")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
-    rng = random.Random(seed)
-    model.train()
-    t0 = time.time()
-    for step in range(steps):
-        batch = [examples[rng.randrange(len(examples))] for _ in range(batch_size)]
-        width = max(len(ids) for ids, _ in batch)
-        input_ids = torch.full((len(batch), width), tok.pad_token_id)
-        labels = torch.full((len(batch), width), -100)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (ids, lab) in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, : len(lab)] = torch.tensor(lab)
-            mask[row, : len(ids)] = 1
-        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad()
-        if log and (step % 50 == 0 or step == steps - 1):
-            log(f"warm start step {step + 1}/{steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
-    out = Path(out_dir)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
-def search_tool() -> Callable:
-    """The `search` tool exactly as training and the runner declare it (SearchEnv's method, whose
-    docstring is the tool schema), bound to a bare instance: rendering needs only its signature."""
-    from awarl.agent.env import SearchEnv
-
-    return object.__new__(SearchEnv).search
-
-
 def sample_texts(samples_dir: str | Path) -> list[str]:
     """Questions, answers and passages of the official-format files found in ``samples_dir``."""
     from awarl.data.adapters import load_dataset_file
@@ -221,52 +136,42 @@ def _sample_files(samples_dir: Path) -> list[tuple[str, Path]]:
     return [(d, p) for d, p in found if p.exists()]
 
 
-def gold_conversations(records, passages_by_id, *, max_words: int = 40, abstain_share: float = 0.3,
-                       seed: int = 0) -> list[list[dict]]:
-    """Protocol conversations built from gold evidence: ``search(question)`` returns the supporting
-    passages and the model answers with citations; for unanswerable records, and for a share of
-    answerable ones shown only distractors, the evidence is missing and the model abstains."""
-    from awarl.agent.protocol import (
-        ABSTAIN_PHRASE,
-        build_messages,
-        format_final,
-        render_passage,
-        tool_call_message,
-        tool_result_message,
-    )
-
-    rng = random.Random(seed)
-    convs = []
-    for rec in records:
-        gold = [pid for pid in rec.supporting if pid in passages_by_id]
-        others = [pid for pid in rec.passages if pid not in rec.supporting and pid in passages_by_id]
-        abstain = not rec.answerable or not gold or rng.random() < abstain_share
-        shown = rng.sample(others, min(2, len(others))) if abstain else gold[:2]
-
-        def line(pid: str) -> str:
-            p = passages_by_id[pid]
-            return render_passage(pid, p.title, " ".join(p.text.split()[:max_words]))
-
-        final = format_final(ABSTAIN_PHRASE) if abstain else format_final(rec.answers[0], shown)
-        convs.append([
-            *build_messages(rec.question),
-            tool_call_message(rec.question),
-            tool_result_message("\n".join(line(pid) for pid in shown)),
-            {"role": "assistant", "content": final},
-        ])
-    return convs
-
-
 def warm_start_on_samples(model_dir: str | Path, out_dir: str | Path, samples_dir: str | Path, *, steps: int = 300,
                           log: Callable[[str], None] | None = None) -> Path:
-    """Warm-start the tiny model on gold conversations of the shipped samples."""
-    from awarl.data.adapters import load_dataset_file
+    """Warm-start the tiny model with ``awarl train sft`` (TRL SFTTrainer, assistant-only loss) on
+    gold conversations of the shipped samples, so that it calls ``search`` and then answers with
+    citations or abstains. Returns ``out_dir``."""
+    import shutil
+    import tempfile
 
-    convs: list[list[dict]] = []
+    from awarl.data.adapters import load_dataset_file
+    from awarl.data.records import write_jsonl
+    from awarl.train import sft
+    from awarl.train.config import TrainConfig
+
+    records, passages = [], {}
     for dataset, path in _sample_files(Path(samples_dir)):
-        records, passages = load_dataset_file(dataset, path)
-        convs += gold_conversations(records, {p.id: p for p in passages})
-    return warm_start(model_dir, out_dir, convs, [search_tool()], steps=steps, log=log)
+        recs, pas = load_dataset_file(dataset, path)
+        records += recs
+        passages.update((p.id, p) for p in pas)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        write_jsonl(work / "records.jsonl", (r.to_dict() for r in records))
+        write_jsonl(work / "corpus.jsonl", (p.to_dict() for p in passages.values()))
+        config = TrainConfig.from_dict({
+            "output_dir": str(work / "out"),
+            "model": {"path": str(model_dir)},
+            "data": {"records": str(work / "records.jsonl"), "corpus": str(work / "corpus.jsonl")},
+            "env": {"topk": 2, "max_passage_words": 40},
+            "sft": {"init_from": str(model_dir), "source": "gold", "abstain_share": 0.3, "args": {
+                "max_steps": steps, "per_device_train_batch_size": 8, "learning_rate": 3e-3,
+                "lr_scheduler_type": "cosine", "warmup_steps": 10, "use_cpu": True, "bf16": False,
+                "disable_tqdm": True}},
+            "logging": {"report_to": [], "summary": log is not None},
+        })
+        final = sft.main(config, output_dir=str(work / "sft"), on_log=log)
+        shutil.copytree(final, out_dir, dirs_exist_ok=True)
+    return Path(out_dir)
 
 
 def _main() -> None:

@@ -34,7 +34,7 @@ class RolloutRow:
 
 def batch_metrics(outcomes: Sequence[str]) -> Metrics:
     """DESIGN §7 over one batch of outcomes, through the evaluation's own `compute_metrics`, so
-    training logs and evaluation reports can never disagree (an unparsable reply is not an answer).
+    training logs and evaluation reports can never disagree (an unparsable reply counts as a wrong answer).
 
     >>> m = batch_metrics(["correct", "wrong", "abstain", "abstain"])
     >>> (m.precision, m.accuracy, round(m.ra_f1, 4), m.refusal_rate)

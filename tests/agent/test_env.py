@@ -150,11 +150,19 @@ def test_grpo_trains_a_tiny_model_with_search_env(tiny_sft_model_dir, hotpot_pre
     rows = [{k: v for k, v in _row(r).items() if k != "meta"} for r in records[:8]]
     env_cls = _env_class(index, topk=2, scope="closed", max_searches=2, max_tokens=20)
     created: list[SearchEnv] = []
+    finished: list[tuple[list[str], list[list[str]], list[str]]] = []  # (queries, retrieved, passages) per rollout
 
     class RecordingEnv(env_cls):
+        """TRL pools and resets environments between batches: keep each rollout's record."""
+
         def __init__(self):
             super().__init__()
             created.append(self)
+
+        def reset(self, **row):
+            if getattr(self, "queries", None):
+                finished.append((list(self.queries), [list(ids) for ids in self.retrieved], list(self.passages)))
+            return super().reset(**row)
 
     tok = AutoTokenizer.from_pretrained(tiny_sft_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_sft_model_dir)
@@ -171,10 +179,10 @@ def test_grpo_trains_a_tiny_model_with_search_env(tiny_sft_model_dir, hotpot_pre
     trainer.train()
 
     assert trainer.state.global_step == 2
-    searched = [env for env in created if env.queries]
+    searched = finished + [(e.queries, e.retrieved, e.passages) for e in created if e.queries]
     assert searched, "the warm-started model never called search"
-    for env in searched:
-        assert len(env.retrieved) == len(env.queries) <= 2
-        assert all(set(ids) <= set(env.passages) for ids in env.retrieved)  # closed scope held in training
+    for queries, retrieved, passages in searched:
+        assert len(retrieved) == len(queries) <= 2
+        assert all(set(ids) <= set(passages) for ids in retrieved)  # closed scope held in training
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
     assert changed

@@ -11,10 +11,11 @@ C, W, A, U = Score("correct", 1, 1), Score("wrong", 0, 0), Score("abstain", 0, 0
 def test_hand_computed():
     # 10 questions: 4 correct, 2 wrong, 1 unparsable, 3 abstain
     m = compute_metrics([C] * 4 + [W] * 2 + [U] + [A] * 3)
-    assert (m.n, m.answered, m.abstained, m.correct, m.unparsable) == (10, 6, 3, 4, 1)
-    assert m.precision == pytest.approx(4 / 6)
+    # an unparsable reply did not abstain: it counts as answered (and wrong)
+    assert (m.n, m.answered, m.abstained, m.correct, m.unparsable) == (10, 7, 3, 4, 1)
+    assert m.precision == pytest.approx(4 / 7)
     assert m.accuracy == pytest.approx(0.4)
-    assert m.ra_f1 == pytest.approx(2 * (4 / 6) * 0.4 / (4 / 6 + 0.4))
+    assert m.ra_f1 == pytest.approx(2 * (4 / 7) * 0.4 / (4 / 7 + 0.4))
     assert m.refusal_rate == pytest.approx(0.3)
     assert m.em == pytest.approx(0.4)
 
@@ -52,7 +53,7 @@ def test_ra_f1_bounds(scores):
     assert 0.0 <= m.ra_f1 <= 1.0
     assert min(m.precision, m.accuracy) - 1e-12 <= m.ra_f1 <= max(m.precision, m.accuracy) + 1e-12
     assert m.accuracy <= m.precision + 1e-12  # answered <= all
-    assert m.answered + m.abstained + m.unparsable == m.n
+    assert m.answered + m.abstained == m.n
 
 
 @given(st.floats(0, 1), st.floats(0, 1))

@@ -58,9 +58,9 @@ def test_awa_rewards_closed_form():
     assert logged["awa/refusal_rate"] == [0.25] and logged["awa/expected_refusal_rate"] == [0.25]
     assert logged["awa/penalty"] == [0.0]
     assert out == pytest.approx([1.0, 0.0, 0.0, 1 - 0.1 ** 0.5])
-    # precision = 1/2 (an unparsable reply is not an answer, as in evaluation), accuracy = 1/4.
-    assert logged["awa/precision"] == [0.5] and logged["awa/accuracy"] == [0.25]
-    assert logged["awa/ra_f1"] == pytest.approx([2 * 0.5 * 0.25 / (0.5 + 0.25)])
+    # precision = 1/3 (an unparsable reply did not abstain: a wrong answer, as in evaluation), accuracy = 1/4.
+    assert logged["awa/precision"] == [pytest.approx(1 / 3)] and logged["awa/accuracy"] == [0.25]
+    assert logged["awa/ra_f1"] == pytest.approx([2 * (1 / 3) * 0.25 / (1 / 3 + 0.25)])
 
 
 def test_outcome_column_for_the_completions_table():
