@@ -21,6 +21,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from awarl.cli_errors import fail
 from awarl.data.records import DataError, QARecord, iter_jsonl, load_records, write_jsonl
 
 app = typer.Typer(no_args_is_help=True)
@@ -332,13 +333,6 @@ class _Progress:
         self.progress.advance(self.task)
 
 
-def _fail(exc: Exception) -> None:
-    from rich.markup import escape
-
-    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
-    raise typer.Exit(1)
-
-
 @app.command("estimate")
 def estimate_command(
     model: str = typer.Option(..., "--model", help="Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."),
@@ -375,7 +369,7 @@ def estimate_command(
         )
         result = estimate(config, progress=not no_progress)
     except (DataError, BackendError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     rate = result.rollouts / result.seconds if result.seconds else 0.0
     typer.echo(f"{result.estimated} queries estimated ({result.rollouts} rollouts, {rate:.2f} rollouts/s), "
                f"{result.skipped} already done, {result.total} in total -> {result.out}")
@@ -392,5 +386,5 @@ def merge_command(
     try:
         n = merge(files, out, data)
     except DataError as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(f"merged {len(files)} shard(s): {n} rows -> {out}")

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from awarl.cli_errors import fail
 from awarl.data.adapters import DATASETS, load_dataset_file, load_hub
 from awarl.data.records import DataError, load_corpus, write_jsonl
 
 app = typer.Typer(no_args_is_help=True)
-console = Console(stderr=True)
 
 
 @app.command("prepare")
@@ -33,8 +32,7 @@ def prepare(
             known = {p.id for p in passages}
             passages += [p for p in load_corpus(corpus) if p.id not in known]
     except DataError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        fail(exc)
     n_rec = write_jsonl(out / "records.jsonl", (r.to_dict() for r in records))
     n_pas = write_jsonl(out / "corpus.jsonl", (p.to_dict() for p in passages))
     unanswerable = sum(not r.answerable for r in records)
@@ -64,8 +62,7 @@ def merge(
             for p in load_corpus(folder / "corpus.jsonl"):
                 passages.setdefault(p.id, p)
     except DataError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        fail(exc)
     write_jsonl(out / "records.jsonl", (r.to_dict() for r in records))
     write_jsonl(out / "corpus.jsonl", (p.to_dict() for p in passages.values()))
     typer.echo(f"merged {len(dirs)} folders: {len(records)} records, {len(passages)} passages -> {out}")

@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from awarl.cli_errors import fail
 from awarl.data.records import DataError
 
 app = typer.Typer(no_args_is_help=True)
-console = Console(stderr=True)
 
 
 @app.command("score")
@@ -31,8 +31,7 @@ def score_command(
     try:
         run = score_predictions(data, predictions, dataset, metric=metric)
     except DataError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        fail(exc)
     result = run.metrics.to_dict()
     if len(run.per_dataset) > 1:
         result["per_dataset"] = {k: m.to_dict() for k, m in run.per_dataset.items()}
@@ -54,13 +53,6 @@ def score_command(
     if run.metrics.abstain_recall is not None:
         typer.echo(f"abstain-recall on unanswerable: {run.metrics.abstain_recall:.4f}; "
                    f"over-refusal on answerable: {run.metrics.over_refusal if run.metrics.over_refusal is not None else 'n/a'}")
-
-
-def _fail(exc: Exception) -> None:
-    from rich.markup import escape
-
-    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
-    raise typer.Exit(1)
 
 
 @app.command("run")
@@ -98,7 +90,7 @@ def run_command(
                                              "tensor_parallel_size": tensor_parallel})
         result = run_eval(config, progress=not no_progress)
     except (DataError, BackendError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     m = result.metrics["macro"]
     typer.echo(f"{result.evaluated} questions run, {result.skipped} already done -> {result.out}")
     typer.echo(f"macro avg: precision {m['precision']:.4f}  accuracy {m['accuracy']:.4f}  RA-F1 {m['ra_f1']:.4f}  "
@@ -117,6 +109,6 @@ def report_command(
     try:
         paths = build_report(runs, out)
     except (DataError, ValueError) as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(paths["markdown"].read_text(encoding="utf-8"))
     typer.echo("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -8,19 +8,14 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
+from awarl.cli_errors import fail
 from awarl.data.records import DataError
 from awarl.search.retriever import SearchError
 
 index_app = typer.Typer(no_args_is_help=True)
 search_app = typer.Typer(no_args_is_help=True)
 console = Console(stderr=True)
-
-
-def _fail(exc: Exception) -> None:
-    console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True, highlight=False)
-    raise typer.Exit(1)
 
 
 @index_app.command("build")
@@ -58,7 +53,7 @@ def build(
             raise typer.BadParameter(f"unknown index kind {kind!r}; choose bm25 or dense", param_hint="--kind")
         index.save(out)
     except (DataError, ValueError, ImportError, FileNotFoundError) as exc:
-        _fail(exc)
+        fail(exc)
     typer.echo(f"{kind} index of {len(index)} passages built in {time.perf_counter() - t0:.1f}s -> {out}")
 
 
@@ -80,7 +75,7 @@ def query(
         scope = None if allowed is None else [[pid.strip() for pid in allowed.split(",") if pid.strip()]] * len(text)
         results = retriever.search(list(text), k, allowed=scope)
     except (DataError, SearchError, ValueError, ImportError, FileNotFoundError) as exc:
-        _fail(exc)
+        fail(exc)
     for q, hits in zip(text, results):
         if as_json:
             typer.echo(json.dumps({"query": q, "hits": [{**h.passage.to_dict(), "score": h.score} for h in hits]}, ensure_ascii=False))
@@ -109,6 +104,6 @@ def serve(
         retriever = load_index(index, **({"encoder": encoder} if encoder else {}))
         settings = ServerSettings(default_topk=default_topk, max_batch=max_batch, batch_wait_ms=batch_wait_ms)
     except (DataError, ValueError, ImportError, FileNotFoundError) as exc:
-        _fail(exc)
+        fail(exc)
     console.print(f"serving {len(retriever)} passages on http://{host}:{port} (POST /retrieve, GET /health)")
     run_server(retriever, host=host, port=port, settings=settings, log_level=log_level)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from awarl.cli_errors import fail
+
 app = typer.Typer(no_args_is_help=True)
 
 _CONFIG = typer.Option(..., "--config", "-c", help="YAML recipe (see configs/).")
@@ -21,13 +23,7 @@ def _load(config: Path, overrides: list[str] | None):
     try:
         return TrainConfig.from_yaml(config, overrides or [])
     except ConfigError as exc:
-        typer.secho(f"error: {exc}", fg="red", err=True)
-        raise typer.Exit(2) from None
-
-
-def _fail(exc: Exception) -> None:
-    typer.secho(f"error: {exc}", fg="red", err=True)
-    raise typer.Exit(2) from None
+        fail(exc, 2)
 
 
 @app.command("check")
@@ -39,7 +35,7 @@ def check_command(config: Path = _CONFIG, overrides: list[str] = _SET) -> None:
     try:
         cfg.check_trainer_fields()
     except ConfigError as exc:
-        _fail(exc)
+        fail(exc, 2)
     typer.echo(f"{config}: ok (model {cfg.model.path or '-'}, reward {cfg.reward.kind}, gamma {cfg.reward.gamma})")
 
 
@@ -58,7 +54,7 @@ def sft_command(
     try:
         final = sft.main(cfg, output_dir=str(out) if out else None, on_log=typer.echo)
     except (ConfigError, DataError) as exc:
-        _fail(exc)
+        fail(exc, 2)
     typer.echo(f"SFT model saved to {final}")
 
 
@@ -79,7 +75,7 @@ def grpo_command(
     try:
         final = grpo.main(cfg, resume=resume, output_dir=str(out) if out else None, on_log=typer.echo)
     except (ConfigError, DataError) as exc:
-        _fail(exc)
+        fail(exc, 2)
     typer.echo(f"model saved to {final}")
 
 
@@ -105,7 +101,7 @@ def sweep_command(
     try:
         runs = sweep.plan(config, [*gamma, *(more_gammas or [])], overrides or [], str(out) if out else None)
     except ConfigError as exc:
-        _fail(exc)
+        fail(exc, 2)
     if print_commands:
         for cmd in sweep.sweep_commands(config, runs, accelerate_config):
             typer.echo(cmd)
@@ -137,5 +133,5 @@ def export_command(
     try:
         final = export_checkpoint(checkpoint, out, base_model=base_model, dtype=dtype)
     except ExportError as exc:
-        _fail(exc)
+        fail(exc, 2)
     typer.echo(f"exported to {final}")

@@ -8,12 +8,9 @@ from typing import Optional
 
 import typer
 
+from awarl.cli_errors import fail
+
 app = typer.Typer(no_args_is_help=True, help="Automated-reasoning checks (Z3) and citation checks.")
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
 
 
 def _translator(name: str, llm_url: Optional[str], llm_model: Optional[str], samples: int, threshold: float, temperature: float):
@@ -24,9 +21,9 @@ def _translator(name: str, llm_url: Optional[str], llm_model: Optional[str], sam
         return PatternTranslator()
     if name == "llm":
         if not llm_url or not llm_model:
-            _fail("--translator llm needs --llm-url and --llm-model")
+            fail("--translator llm needs --llm-url and --llm-model", 2)
         return LLMTranslator(OpenAIChatBackend(llm_url, llm_model), samples=samples, threshold=threshold, temperature=temperature)
-    _fail(f"unknown translator {name!r} (pattern or llm)")
+    fail(f"unknown translator {name!r} (pattern or llm)", 2)
 
 
 @app.command("check")
@@ -65,11 +62,11 @@ def check_command(
             findings += check(pol, question or "", answer, tr, reasoner=reasoner)
             findings += _citation_findings(question or "", answer, corpus, corrections, review_queue, llm_judge, llm_url, llm_model)
         elif not (premise or claim):
-            _fail("give --claim (and optionally --premise), or --answer (and optionally --question)")
+            fail("give --claim (and optionally --premise), or --answer (and optionally --question)", 2)
     except typer.Exit:
         raise
     except (PolicyError, ValueError, RuntimeError) as exc:
-        _fail(str(exc))
+        fail(str(exc), 2)
     if as_json:
         typer.echo(json.dumps(findings_to_json(findings), indent=2, ensure_ascii=False))
         return
@@ -89,7 +86,7 @@ def _citation_findings(question, answer, corpus, corrections, review_queue, llm_
     judge = LexicalJudge()
     if llm_judge:
         if not llm_url or not llm_model:
-            _fail("--llm-judge needs --llm-url and --llm-model")
+            fail("--llm-judge needs --llm-url and --llm-model", 2)
         judge = LLMSupportJudge(OpenAIChatBackend(llm_url, llm_model))
     gate = CitationGate(
         corpus={p.id: p for p in load_corpus(corpus)} if corpus else {},
@@ -136,7 +133,7 @@ def lint_command(
     try:
         issues = lint(load_policy(policy))
     except PolicyError as exc:
-        _fail(str(exc))
+        fail(str(exc), 2)
     if as_json:
         typer.echo(json.dumps({"issues": [i.to_dict() for i in issues]}, indent=2))
     else:
@@ -175,7 +172,7 @@ def test_command(
     except typer.Exit:
         raise
     except (PolicyError, ValueError, RuntimeError) as exc:
-        _fail(str(exc))
+        fail(str(exc), 2)
     failed = [o for o in outcomes if not o.passed]
     if as_json:
         typer.echo(json.dumps({"passed": len(outcomes) - len(failed), "failed": len(failed), "tests": [o.to_dict() for o in outcomes]}, indent=2))
