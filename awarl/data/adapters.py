@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from awarl.data.records import DataError, Passage, QARecord, iter_jsonl, passage_id
+from awarl.data.records import DataError, Passage, QARecord, iter_jsonl, passage_id, read_json
 
 DATASETS = ("hotpotqa", "2wiki", "musique", "flashrag")
 
@@ -55,12 +55,7 @@ def _field(row: dict[str, Any], name: str, kind: type | tuple[type, ...], path: 
 
 
 def _json_list(path: Path) -> list[Any]:
-    if not path.exists():
-        raise DataError(path, "-", "file not found")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(path, f"line {exc.lineno}", f"broken JSON ({exc.msg} at column {exc.colno})") from None
+    data = read_json(path)
     if not isinstance(data, list):
         raise DataError(path, "top level", f"expected a JSON list of examples, got {type(data).__name__}")
     return data

@@ -126,6 +126,17 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield lineno, obj
 
 
+def read_json(path: str | Path, missing: str = "file not found") -> Any:
+    """Parse a whole JSON file; a missing file (with ``missing`` as the hint) or broken JSON is a `DataError`."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, "-", missing)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(path, f"line {exc.lineno}", f"broken JSON ({exc.msg} at column {exc.colno})") from None
+
+
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
     """Write rows atomically (temp file + rename) so a crash never leaves half a file."""
     path = Path(path)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from awarl.data.records import DataError, iter_jsonl
+from awarl.data.records import DataError, iter_jsonl, read_json
 
 COLUMNS = (
     ("precision", "P"),
@@ -48,12 +48,7 @@ def load_run(path: str | Path) -> RunSummary:
     """A run folder's metrics and its refusal rate per p_i decile."""
     path = Path(path)
     metrics_path = path / "metrics.json"
-    if not metrics_path.exists():
-        raise DataError(metrics_path, "-", "not an evaluation run folder (run `awarl eval run … --out DIR` first)")
-    try:
-        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(metrics_path, f"line {exc.lineno}", f"broken JSON ({exc.msg})") from None
+    metrics = read_json(metrics_path, "not an evaluation run folder (run `awarl eval run … --out DIR` first)")
     for key in ("per_dataset", "macro"):
         if key not in metrics:
             raise DataError(metrics_path, "-", "missing required field", key)

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from awarl.data.records import DataError
+from awarl.data.records import DataError, read_json
 from awarl.search.retriever import Retriever
 
 META_FILE = "awarl_index.json"
@@ -27,12 +27,7 @@ def write_meta(out_dir: Path, kind: str, passages: int, settings: dict[str, Any]
 def read_meta(index_dir: str | Path, expect_kind: str | None = None) -> dict[str, Any]:
     """The checked ``awarl_index.json`` of an index folder."""
     path = Path(index_dir) / META_FILE
-    if not path.exists():
-        raise DataError(path, "-", "not an awarl index folder (build one with `awarl index build --corpus … --out …`)")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(path, f"line {exc.lineno}", f"broken JSON ({exc.msg})") from None
+    meta = read_json(path, "not an awarl index folder (build one with `awarl index build --corpus … --out …`)")
     if meta.get("format") != FORMAT_VERSION:
         raise DataError(path, "-", f"index format {meta.get('format')!r}, this awarl reads {FORMAT_VERSION}; rebuild it", "format")
     if meta.get("kind") not in KINDS:
