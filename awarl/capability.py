@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 from awarl.cli_errors import fail
-from awarl.data.records import DataError, QARecord, iter_jsonl, load_records, write_jsonl
+from awarl.data.records import DataError, QARecord, append_rows, drop_torn_tail, iter_jsonl, load_records, write_jsonl
 
 app = typer.Typer(no_args_is_help=True)
 console = Console(stderr=True)
@@ -122,23 +122,6 @@ def read_done(path: Path, k: int | None = None, model: str | None = None,
     return done
 
 
-def drop_torn_tail(path: Path) -> None:
-    """Cut an unfinished last line (a crash mid-write) off a JSONL file; add a missing final newline."""
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return
-    cut = data.rfind(b"\n") + 1
-    tail = data[cut:]
-    try:
-        json.loads(tail)
-        with path.open("ab") as fh:  # a complete last row that only lacks its newline
-            fh.write(b"\n")
-    except ValueError:
-        with path.open("r+b") as fh:
-            fh.truncate(cut)
-        console.print(f"[yellow]{path}: dropped an unfinished last line ({len(tail)} bytes) from an interrupted run[/yellow]")
-
-
 def query_stats(record: QARecord, trajectories: Sequence[Any], config: CapabilityConfig) -> dict[str, Any]:
     """The output row of one query: the record, ``p``, and what its K rollouts did."""
     k = len(trajectories)
@@ -221,8 +204,8 @@ def estimate(config: CapabilityConfig, *, backend: Any = None, progress: bool = 
                 return
             group.sort(key=lambda t: t.sample)
             if traj_sink is not None:
-                _append(traj_sink, [t.to_dict() for t in group])
-            _append(sink, [query_stats(by_id[traj.record_id], group, config)])
+                append_rows(traj_sink, [t.to_dict() for t in group])
+            append_rows(sink, [query_stats(by_id[traj.record_id], group, config)])
             del pending[traj.record_id]
             bar.query_done()
 
@@ -233,13 +216,6 @@ def estimate(config: CapabilityConfig, *, backend: Any = None, progress: bool = 
                 traj_sink.close()
     seconds = time.perf_counter() - t0
     return EstimateResult(out, len(records), len(records) - len(todo), len(todo), len(todo) * config.k, seconds)
-
-
-def _append(sink: Any, rows: list[dict[str, Any]]) -> None:
-    """Write whole rows, then flush and sync, so a crash loses at most the query in progress."""
-    sink.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    sink.flush()
-    os.fsync(sink.fileno())
 
 
 def _keep_trajectories_of(path: Path, done: set[str]) -> None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from awarl.agent.protocol import ABSTAIN_PHRASE, score_text
+from awarl.protocol import ABSTAIN_PHRASE, score_text
 from awarl.data.records import Passage
 from awarl.rewards import AnswerAbstainReward, CitationReward, LLMJudge, RewardConfig, refusal_base_reward
 from awarl.rewards.citation import JudgeRequest

@@ -30,7 +30,7 @@ SAMPLES = ROOT / "data" / "samples"
 
 def tiny_model(cache: Path) -> Path:
     """The tiny model warm-started on the shipped samples, built once into ``cache``."""
-    from awarl.llm.tiny import build_tiny_model, sample_texts, warm_start_on_samples
+    from awarl.train.tiny import build_tiny_model, sample_texts, warm_start_on_samples
 
     base, sft = cache / "tiny", cache / "tiny-sft"
     if not (base / "config.json").exists():

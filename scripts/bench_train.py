@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def em_reward(completions, answers, **kwargs):
     """Plain baseline: 1 for an exact match, else 0 (the protocol's one scorer)."""
-    from awarl.agent.protocol import score_text
+    from awarl.protocol import score_text
 
     return [score_text(c, golds).em for c, golds in zip(completions, answers)]
 
@@ -54,7 +54,7 @@ def prepare(work: Path, model: str | None) -> tuple[Path, Path, Path]:
     cached = sorted((ROOT / ".cache/awarl-tests").glob("tiny-sft-*"), key=lambda p: p.stat().st_mtime)
     if cached:
         return work / "records.jsonl", work / "corpus.jsonl", cached[-1]
-    from awarl.llm.tiny import build_tiny_model, sample_texts
+    from awarl.train.tiny import build_tiny_model, sample_texts
 
     print("no warm-started tiny model found (run the test suite once); using a random one", file=sys.stderr)
     return work / "records.jsonl", work / "corpus.jsonl", build_tiny_model(work / "tiny", sample_texts(ROOT / "data/samples"))

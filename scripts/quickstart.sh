@@ -17,7 +17,7 @@ awarl data prepare --dataset musique --input data/samples/musique_full_train_sam
 awarl data merge "$OUT/data" "$OUT/musique_full" --out "$OUT/eval_data"
 
 step "2/7 build the tiny offline model"
-python -m awarl.llm.tiny --out "$OUT/model"
+python -m awarl.train.tiny --out "$OUT/model"
 
 step "3/7 SFT cold start (tool results masked from the loss)"
 awarl train sft --config "$RECIPE"

@@ -85,17 +85,17 @@ def _locked_build(target: Path, build) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """A random tiny Qwen2 model + tokenizer trained on the shipped samples' text."""
-    from awarl.llm.tiny import build_tiny_model, sample_texts
+    from awarl.train.tiny import build_tiny_model, sample_texts
 
-    key = _fingerprint(ROOT / "awarl/llm/tiny.py", ROOT / "awarl/agent/protocol.py")
+    key = _fingerprint(ROOT / "awarl/train/tiny.py", ROOT / "awarl/protocol.py")
     return _locked_build(CACHE / f"tiny-{key}", lambda d: build_tiny_model(d, sample_texts(SAMPLES)))
 
 
 @pytest.fixture(scope="session")
 def tiny_sft_model_dir(tiny_model_dir) -> Path:
     """The tiny model after a short warm start: it calls `search`, then answers or abstains."""
-    from awarl.llm.tiny import warm_start_on_samples
+    from awarl.train.tiny import warm_start_on_samples
 
-    key = _fingerprint(ROOT / "awarl/llm/tiny.py", ROOT / "awarl/agent/protocol.py", ROOT / "awarl/agent/env.py",
+    key = _fingerprint(ROOT / "awarl/train/tiny.py", ROOT / "awarl/protocol.py", ROOT / "awarl/agent/env.py",
                        ROOT / "awarl/train/sft.py", ROOT / "awarl/search/retriever.py")
     return _locked_build(CACHE / f"tiny-sft-{key}", lambda d: warm_start_on_samples(tiny_model_dir, d, SAMPLES))

@@ -30,7 +30,7 @@ import inspect
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from awarl.agent.protocol import ABSTAIN_PHRASE
+from awarl.protocol import ABSTAIN_PHRASE
 from awarl.search.retriever import SCOPES, Retriever, render
 
 

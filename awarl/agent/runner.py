@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from awarl.agent.protocol import build_messages, parse_final, score
+from awarl.protocol import build_messages, parse_final, score
 from awarl.data.records import QARecord
 from awarl.llm.base import ChatPrompt, Generation, Generator, SamplingParams
 
@@ -57,7 +57,7 @@ class RunnerConfig:
     seed: int | None = None
     """Sampling seed (backends that support one)."""
     system_prompt: str | None = None
-    """Override `awarl.agent.protocol.SYSTEM_PROMPT` (None: the protocol's own)."""
+    """Override `awarl.protocol.SYSTEM_PROMPT` (None: the protocol's own)."""
     metric: Literal["em", "f1"] = "em"
     """What counts as correct when scoring (as in the reward)."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)

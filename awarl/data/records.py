@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -167,3 +171,29 @@ def load_corpus(path: str | Path) -> list[Passage]:
         seen[p.id] = n
         out.append(p)
     return out
+
+
+# -- resumable JSONL: append whole rows, cut a torn tail on restart --------------------------------------
+
+def append_rows(sink: Any, rows: list[dict[str, Any]]) -> None:
+    """Write whole rows, then flush and sync, so a crash loses at most the query in progress."""
+    sink.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    sink.flush()
+    os.fsync(sink.fileno())
+
+
+def drop_torn_tail(path: Path) -> None:
+    """Cut an unfinished last line (a crash mid-write) off a JSONL file; add a missing final newline."""
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:]
+    try:
+        json.loads(tail)
+        with path.open("ab") as fh:  # a complete last row that only lacks its newline
+            fh.write(b"\n")
+    except ValueError:
+        with path.open("r+b") as fh:
+            fh.truncate(cut)
+        log.warning("%s: dropped an unfinished last line (%d bytes) from an interrupted run", path, len(tail))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from awarl.agent.protocol import Score
+from awarl.protocol import Score
 
 
 def ra_f1(precision: float, accuracy: float) -> float:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from awarl.agent.protocol import ABSTAIN_PHRASE, format_final
+from awarl.protocol import ABSTAIN_PHRASE, format_final
 from awarl.data.records import DataError, QARecord, iter_jsonl, write_jsonl
 
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from awarl.data.records import DataError, Passage, QARecord, iter_jsonl, write_jsonl
+from awarl.data.records import DataError, Passage, QARecord, drop_torn_tail, iter_jsonl, write_jsonl
 
 
 @dataclass
@@ -200,8 +200,6 @@ def _pin_settings(path: Path, config: EvalConfig) -> None:
 def _read_trajectories(path: Path) -> dict[str, dict[str, Any]]:
     if not path.exists():
         return {}
-    from awarl.capability import drop_torn_tail
-
     drop_torn_tail(path)
     return {row["record_id"]: row for _, row in iter_jsonl(path)}
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from awarl.agent.protocol import DEFAULT_REFUSAL_PHRASES, Score, parse_final, score
+from awarl.protocol import DEFAULT_REFUSAL_PHRASES, Score, parse_final, score
 from awarl.data.adapters import load_dataset_file
 from awarl.data.records import DataError, QARecord, iter_jsonl, load_records
 from awarl.eval.metrics import Metrics, by_dataset, compute_metrics, macro_average

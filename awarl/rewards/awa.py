@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from awarl.agent.protocol import DEFAULT_REFUSAL_PHRASES
+from awarl.protocol import DEFAULT_REFUSAL_PHRASES
 from awarl.rewards.baselines import baseline_reward
 from awarl.rewards.batch import (
     OUTCOME_CODES,

@@ -9,7 +9,7 @@ Answers keep the outcome reward, except under ``ternary``, which fixes all three
 
 from __future__ import annotations
 
-from awarl.agent.protocol import Score
+from awarl.protocol import Score
 from awarl.rewards.config import RewardConfig
 from awarl.rewards.outcome import outcome_reward
 
@@ -19,7 +19,7 @@ TERNARY = {"correct": 1.0, "abstain": 0.0, "wrong": -1.0, "unparsable": -1.0}
 def baseline_reward(verdict_score: Score, cfg: RewardConfig) -> float:
     """Reward of one rollout under the baseline ``cfg.kind`` (static, ternary or none).
 
-    >>> from awarl.agent.protocol import Score
+    >>> from awarl.protocol import Score
     >>> baseline_reward(Score("abstain", 0.0, 0.0), RewardConfig(kind="static", static_reward=0.3))
     0.3
     >>> baseline_reward(Score("wrong", 0.0, 0.0), RewardConfig(kind="ternary"))

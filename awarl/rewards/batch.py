@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from awarl.agent.protocol import Score
+from awarl.protocol import Score
 from awarl.eval.metrics import Metrics, compute_metrics
 
 OUTCOME_CODES = {"correct": 0, "wrong": 1, "unparsable": 2, "abstain": 3}

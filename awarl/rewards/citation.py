@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from awarl.agent.protocol import DEFAULT_REFUSAL_PHRASES, parse_final
+from awarl.protocol import DEFAULT_REFUSAL_PHRASES, parse_final
 from awarl.data.records import Passage
 from awarl.rewards.config import RewardConfig
 

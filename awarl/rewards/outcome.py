@@ -1,4 +1,4 @@
-"""Outcome reward: what an answered rollout earns, from the one scorer in `awarl.agent.protocol`.
+"""Outcome reward: what an answered rollout earns, from the one scorer in `awarl.protocol`.
 
 - correct (EM, the default): ``r_correct``; with ``outcome: f1`` an answer earns
   ``r_wrong + (r_correct − r_wrong) · F1`` instead, so partial answers get partial credit;
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from awarl.agent.protocol import DEFAULT_REFUSAL_PHRASES, ParsedAnswer, Score, parse_final, score
+from awarl.protocol import DEFAULT_REFUSAL_PHRASES, ParsedAnswer, Score, parse_final, score
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def outcome_reward(verdict_score: Score, *, r_correct: float = 1.0, r_wrong: flo
                    outcome: str = "em") -> float:
     """Reward of an answered (or unparsable) rollout; an abstention is a ValueError.
 
-    >>> from awarl.agent.protocol import Score
+    >>> from awarl.protocol import Score
     >>> outcome_reward(Score("correct", 1.0, 1.0))
     1.0
     >>> outcome_reward(Score("wrong", 0.0, 0.5), outcome="f1")

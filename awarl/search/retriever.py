@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from awarl.agent.protocol import render_passage
+from awarl.protocol import render_passage
 from awarl.data.records import Passage
 
 Scope = Literal["global", "closed"]
@@ -90,7 +90,7 @@ def truncate_words(text: str, max_tokens: int | None) -> str:
 
 
 def render(hits: Sequence[Hit], max_tokens: int | None = None) -> str:
-    """One line per hit, ``[<id>] <title>: <text>`` (`awarl.agent.protocol.render_passage`),
+    """One line per hit, ``[<id>] <title>: <text>`` (`awarl.protocol.render_passage`),
     each text cut to ``max_tokens`` words.
 
     >>> render([Hit(Passage("d1", "Paris", "Paris is the capital of France."), 3.2)], max_tokens=3)

@@ -102,7 +102,7 @@ class DataConfig:
         "'global': one index over all passages; 'closed': each question searches only its own passages.",
         default="global")
     limit: int | None = _doc("Use only the first N records (smoke runs).", default=None)
-    system_prompt: str | None = _doc("Replace the protocol's system prompt (None = awarl.agent.protocol's).",
+    system_prompt: str | None = _doc("Replace the protocol's system prompt (None = awarl.protocol's).",
                                      default=None)
 
     def __post_init__(self) -> None:

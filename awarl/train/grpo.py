@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from awarl.agent.protocol import build_messages
+from awarl.protocol import build_messages
 from awarl.data.records import DataError, QARecord, iter_jsonl, load_records
 from awarl.train.config import ConfigError, TrainConfig
 

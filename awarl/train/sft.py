@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from awarl.agent.protocol import (
+from awarl.protocol import (
     ABSTAIN_PHRASE,
     build_messages,
     format_final,

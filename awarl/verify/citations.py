@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from awarl.agent.protocol import extract_citations, normalize_answer
+from awarl.protocol import extract_citations, normalize_answer
 from awarl.data.records import Passage
 from awarl.verify.findings import CitationIssue, Finding, Result
 from awarl.verify.openai_client import BackendError, OpenAIChatBackend

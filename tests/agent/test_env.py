@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from awarl.agent.env import BUDGET_MESSAGE, EMPTY_QUERY_MESSAGE, NO_RESULTS_MESSAGE, SearchEnv, SearchSettings
-from awarl.agent.protocol import ABSTAIN_PHRASE, build_messages, extract_citations
+from awarl.protocol import ABSTAIN_PHRASE, build_messages, extract_citations
 from awarl.search.bm25 import BM25Index
 
 
@@ -129,7 +129,7 @@ def test_only_search_is_a_tool():
 
 def _keyword_reward(completions, answers, environments, **kwargs):
     """1 for a correct answer (the shared scorer), plus 0.1 for each search the rollout made."""
-    from awarl.agent.protocol import score_text
+    from awarl.protocol import score_text
 
     return [float(score_text(c, golds).outcome == "correct") + 0.1 * len(env.queries)
             for c, golds, env in zip(completions, answers, environments)]

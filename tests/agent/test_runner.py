@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from awarl.agent.protocol import build_messages, parse_final, score
+from awarl.protocol import build_messages, parse_final, score
 from awarl.agent.runner import Rollout, Runner, RunnerConfig, Trajectory
 from awarl.agent.setup import search_env_factory
 

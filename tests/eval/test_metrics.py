@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from awarl.agent.protocol import Score
+from awarl.protocol import Score
 from awarl.eval.metrics import by_dataset, compute_metrics, macro_average, ra_f1
 
 C, W, A, U = Score("correct", 1, 1), Score("wrong", 0, 0), Score("abstain", 0, 0), Score("unparsable", 0, 0)

@@ -104,7 +104,7 @@ def test_cli_help_everywhere():
 
 
 def test_import_awarl_does_not_import_torch():
-    code = ("import sys, awarl, awarl.cli, awarl.agent.protocol, awarl.eval.metrics, awarl.data.adapters;"
+    code = ("import sys, awarl, awarl.cli, awarl.protocol, awarl.eval.metrics, awarl.data.adapters;"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

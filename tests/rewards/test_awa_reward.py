@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from awarl.agent.protocol import ABSTAIN_PHRASE, build_messages
+from awarl.protocol import ABSTAIN_PHRASE, build_messages
 from awarl.rewards import (
     AnswerAbstainReward,
     CitationReward,

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from awarl.agent.protocol import ABSTAIN_PHRASE
+from awarl.protocol import ABSTAIN_PHRASE
 from awarl.rewards import AnswerAbstainReward, RewardConfig, expected_refusal_rate
 
 P_GRID = [i / 8 for i in range(9)] * 4  # 36 queries, capabilities 0, 1/8, ..., 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from awarl.agent.protocol import extract_citations
+from awarl.protocol import extract_citations
 from awarl.data.records import Passage
 from awarl.search.retriever import Hit, check_request, render, truncate_words, SearchError
 

@@ -59,7 +59,7 @@ def test_sft_masks_tool_results_and_trains(tiny_model_dir, train_files, tmp_path
 
 
 def test_trajectories_are_rescored_and_filtered(hotpot_prepared, tmp_path):
-    from awarl.agent.protocol import format_final, tool_call_message, tool_result_message
+    from awarl.protocol import format_final, tool_call_message, tool_result_message
     from awarl.data.records import DataError, write_jsonl
 
     records, _ = hotpot_prepared

@@ -1,6 +1,6 @@
 import pytest
 
-from awarl.agent.protocol import (
+from awarl.protocol import (
     ABSTAIN_PHRASE,
     build_messages,
     exact_match,

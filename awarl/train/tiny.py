@@ -38,7 +38,7 @@ def protocol_texts() -> list[str]:
     """Strings the tokenizer must handle well whatever the corpus: template, prompt, tool calls."""
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from awarl.agent.protocol import ABSTAIN_PHRASE, SYSTEM_PROMPT
+    from awarl.protocol import ABSTAIN_PHRASE, SYSTEM_PROMPT
 
     call = json.dumps({"name": "search", "arguments": {"query": "who wrote Hamlet"}})
     return [
@@ -175,7 +175,7 @@ def warm_start_on_samples(model_dir: str | Path, out_dir: str | Path, samples_di
 
 
 def _main() -> None:
-    """``python -m awarl.llm.tiny --out DIR [--samples data/samples]``: build the random tiny model."""
+    """``python -m awarl.train.tiny --out DIR [--samples data/samples]``: build the random tiny model."""
     import argparse
 
     parser = argparse.ArgumentParser(description="Build a tiny offline Qwen2-shaped model and tokenizer.")
