@@ -493,14 +493,47 @@ def aggregate(findings: Iterable[Finding]) -> Result | None:
     is present (citation findings count as INVALID); else TOO_COMPLEX; else NO_TRANSLATIONS; None
     for no findings at all, which never means VALID.
 
+    VALID covers only what was translated and checked, so VALID is returned only when every part
+    of the answer was: VALID beside a TOO_COMPLEX finding is TOO_COMPLEX, and VALID beside a
+    NO_TRANSLATIONS finding or untranslated answer text is NO_TRANSLATIONS ("partly validated",
+    see `partly_valid`). Untranslated question text does not count: a question's own "What
+    discount do I get?" asserts nothing.
+
     >>> aggregate([Finding(Result.VALID), Finding(Result.SATISFIABLE), Finding(Result.NO_TRANSLATIONS)])
     <Result.SATISFIABLE: 'SATISFIABLE'>
+    >>> aggregate([Finding(Result.VALID), Finding(Result.NO_TRANSLATIONS)])
+    <Result.NO_TRANSLATIONS: 'NO_TRANSLATIONS'>
     """
+    findings = list(findings)
     results = {f.result for f in findings}
     for result in (*SEVERITY, Result.TOO_COMPLEX, Result.NO_TRANSLATIONS):
         if result in results:
-            return result
-    return None
+            break
+    else:
+        return None
+    if result is Result.VALID:
+        if Result.TOO_COMPLEX in results:
+            return Result.TOO_COMPLEX
+        if Result.NO_TRANSLATIONS in results or _untranslated_claims(findings):
+            return Result.NO_TRANSLATIONS
+    return result
+
+
+def _untranslated_claims(findings: Iterable[Finding]) -> bool:
+    return any(f.translation is not None and any(t.strip() for t in f.translation.untranslated_claims) for f in findings)
+
+
+def partly_valid(findings: Iterable[Finding]) -> bool:
+    """True when some statements are VALID but the answer as a whole is not (see `aggregate`):
+    what the user sees is "partly validated", never plain VALID.
+
+    >>> partly_valid([Finding(Result.VALID), Finding(Result.NO_TRANSLATIONS)])
+    True
+    >>> partly_valid([Finding(Result.VALID)])
+    False
+    """
+    findings = list(findings)
+    return any(f.result is Result.VALID for f in findings) and aggregate(findings) in (Result.TOO_COMPLEX, Result.NO_TRANSLATIONS)
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
