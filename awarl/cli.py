@@ -6,6 +6,11 @@ libraries (torch, trl, transformers) inside its commands, so ``awarl --help`` st
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+from typing import Any
+
 import typer
 
 from awarl import __version__
@@ -48,8 +53,60 @@ def _root(
     """AWA-RL: train, evaluate and serve search agents that know when to abstain."""
 
 
-def main() -> None:
-    app()
+def _flags_take_no_value(command: Any, parent: Any = None, name: str | None = None) -> None:
+    """Show flags (``--help``, ``--version``, ``--json`` …) without a value placeholder.
+
+    Typer's rich help prints every option's type, so a flag reads ``--help <bool>`` as if it took
+    a value. An empty metavar tells the help renderer there is nothing to show; the help option
+    itself is built lazily per command, so it is created here to set the same. Duck-typed:
+    Typer ships its own copy of click's classes.
+    """
+    ctx = command.context_class(command, info_name=name or command.name, parent=parent)
+    for param in command.params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    help_option = command.get_help_option(ctx)
+    if help_option is not None and help_option.metavar is None:
+        help_option.metavar = ""
+    for sub_name, sub in (getattr(command, "commands", None) or {}).items():
+        _flags_take_no_value(sub, ctx, sub_name)
+
+
+class _WarningLine(logging.Handler):
+    """Library warnings (``log.warning``: an empty input, a recovered folder) as ``warning:`` lines."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from awarl.cli_errors import warn
+
+        warn(record.getMessage())
+
+
+def _unexpected(exc: BaseException) -> str:
+    """A one-line message for a failure no command caught: the file an OS error names, or the
+    error itself. ``AWARL_DEBUG=1`` shows the traceback instead."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point of the ``awarl`` script: help without value placeholders on flags, library
+    warnings as ``warning:`` lines, and an OS or decoding error as one ``error:`` line (exit 1)."""
+    from awarl.cli_errors import print_error
+
+    command = typer.main.get_command(app)
+    _flags_take_no_value(command)
+    logger = logging.getLogger("awarl")
+    if not any(isinstance(h, _WarningLine) for h in logger.handlers):
+        handler = _WarningLine(logging.WARNING)
+        logger.addHandler(handler)
+    try:
+        return command.main(args=argv, prog_name="awarl", standalone_mode=True)
+    except (OSError, UnicodeError) as exc:
+        if os.environ.get("AWARL_DEBUG"):
+            raise
+        print_error(_unexpected(exc))
+        sys.exit(1)
 
 
 if __name__ == "__main__":

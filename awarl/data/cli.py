@@ -1,4 +1,9 @@
-"""`awarl data …`: official benchmark files -> records.jsonl + corpus.jsonl."""
+"""`awarl data …`: official benchmark files -> records.jsonl + corpus.jsonl.
+
+Both commands write the output folder as a whole (`awarl.data.folders.replace_folder`): the new
+files are built beside it and swapped in, so a failure (bad input, a full disk, a kill) leaves
+the previous output untouched, never one data set's records beside another's corpus.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +11,34 @@ from pathlib import Path
 
 import typer
 
-from awarl.cli_errors import fail
+from awarl.cli_errors import fail, warn
 from awarl.data.adapters import DATASETS, load_dataset_file, load_hub
-from awarl.data.records import DataError, load_corpus, write_jsonl
+from awarl.data.folders import replace_folder
+from awarl.data.records import DataError, Passage, QARecord, load_corpus, load_records, write_jsonl
 
 app = typer.Typer(no_args_is_help=True)
+
+OUTPUT_FILES = ("records.jsonl", "corpus.jsonl")
+"""What a prepared folder holds; ``--force`` replaces a folder holding only these."""
+
+FORCE_HELP = "Replace an existing output folder (only one that holds nothing but records.jsonl and corpus.jsonl)."
+
+
+def _write(out: Path, records: list[QARecord], passages: list[Passage], force: bool) -> tuple[int, int]:
+    with replace_folder(out, force=force, owned=OUTPUT_FILES) as staging:
+        n_rec = write_jsonl(staging / "records.jsonl", (r.to_dict() for r in records))
+        n_pas = write_jsonl(staging / "corpus.jsonl", (p.to_dict() for p in passages))
+    return n_rec, n_pas
 
 
 @app.command("prepare")
 def prepare(
     dataset: str = typer.Option(..., "--dataset", help=f"Format of the input file: {', '.join(DATASETS)}."),
     input: Path = typer.Option(None, "--input", help="Official data file (JSON list or JSONL)."),
-    out: Path = typer.Option(..., "--out", help="Output folder for records.jsonl and corpus.jsonl."),
+    out: Path = typer.Option(..., "--out", help="Output folder for records.jsonl and corpus.jsonl (must be new or empty unless --force)."),
     hub_split: str = typer.Option(None, "--hub-split", help="Load from the Hugging Face hub instead of --input (needs a network)."),
     corpus: Path = typer.Option(None, "--corpus", help="Extra corpus.jsonl to merge (e.g. a wiki dump for FlashRAG questions)."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Convert an official data file into DIR/records.jsonl and DIR/corpus.jsonl and print counts."""
     if dataset not in DATASETS:
@@ -31,10 +50,11 @@ def prepare(
         if corpus is not None:
             known = {p.id for p in passages}
             passages += [p for p in load_corpus(corpus) if p.id not in known]
+        if not records:
+            warn(f"{input or dataset}: 0 records; the output folder will hold an empty records.jsonl")
+        n_rec, n_pas = _write(out, records, passages, force)
     except DataError as exc:
         fail(exc)
-    n_rec = write_jsonl(out / "records.jsonl", (r.to_dict() for r in records))
-    n_pas = write_jsonl(out / "corpus.jsonl", (p.to_dict() for p in passages))
     unanswerable = sum(not r.answerable for r in records)
     typer.echo(
         f"{dataset}: {n_rec} records ({n_rec - unanswerable} answerable, {unanswerable} unanswerable), "
@@ -45,24 +65,33 @@ def prepare(
 @app.command("merge")
 def merge(
     dirs: list[Path] = typer.Argument(..., help="Prepared folders (each with records.jsonl and corpus.jsonl)."),
-    out: Path = typer.Option(..., "--out", help="Output folder for the merged records.jsonl and corpus.jsonl."),
+    out: Path = typer.Option(..., "--out", help="Output folder for the merged records.jsonl and corpus.jsonl (must be new or empty unless --force)."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Merge prepared data sets into one (e.g. HotpotQA + MuSiQue for training or a multi-data-set
     evaluation). Passages shared by several sets are kept once; a record id that appears twice is an error."""
-    from awarl.data.records import load_records
-
-    records, passages, seen = [], {}, {}
+    records: list[QARecord] = []
+    passages: dict[str, Passage] = {}
+    seen: dict[str, str] = {}
+    origin: dict[str, str] = {}
     try:
         for folder in dirs:
-            for rec in load_records(folder / "records.jsonl"):
+            path = folder / "records.jsonl"
+            for n, rec in enumerate(load_records(path), start=1):
                 if rec.id in seen:
-                    raise DataError(folder / "records.jsonl", f"record {rec.id!r}", f"id already in {seen[rec.id]}", "id")
-                seen[rec.id] = folder / "records.jsonl"
+                    raise DataError(path, f"record {n}", f"id {rec.id!r} already in {seen[rec.id]}", "id")
+                seen[rec.id] = f"{path}, record {n}"
                 records.append(rec)
-            for p in load_corpus(folder / "corpus.jsonl"):
-                passages.setdefault(p.id, p)
+            corpus_path = folder / "corpus.jsonl"
+            for n, p in enumerate(load_corpus(corpus_path), start=1):
+                first = passages.setdefault(p.id, p)
+                if first != p:  # same id, other text: keeping either would silently change citations
+                    raise DataError(corpus_path, f"passage {n}", f"id {p.id!r} names a different passage in "
+                                    f"{origin[p.id]}", "id")
+                origin.setdefault(p.id, str(corpus_path))
+        if not records:
+            warn(f"the merged folders hold 0 records; {out} will hold an empty records.jsonl")
+        _write(out, records, list(passages.values()), force)
     except DataError as exc:
         fail(exc)
-    write_jsonl(out / "records.jsonl", (r.to_dict() for r in records))
-    write_jsonl(out / "corpus.jsonl", (p.to_dict() for p in passages.values()))
     typer.echo(f"merged {len(dirs)} folders: {len(records)} records, {len(passages)} passages -> {out}")

@@ -19,12 +19,21 @@ log = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
-    """Bad input data; the message names the file, the line or index, and the field."""
+    """Bad input data; the message names the file, the line or index, and the field.
+
+    ``where`` is the position in the file (``"line 7"``, ``"example 3 (index 3)"``); an empty
+    ``where`` (or ``"-"``) means the problem is the file as a whole, and the message is then just
+    ``file: problem``.
+    """
 
     def __init__(self, path: str | Path, where: str, problem: str, field_name: str | None = None):
         self.path, self.where, self.problem, self.field = str(path), where, problem, field_name
-        loc = f"{path}, {where}" + (f", field '{field_name}'" if field_name else "")
-        super().__init__(f"{loc}: {problem}")
+        parts = [str(path)]
+        if where and where != "-":
+            parts.append(where)
+        if field_name:
+            parts.append(f"field '{field_name}'")
+        super().__init__(f"{', '.join(parts)}: {problem}")
 
 
 def passage_id(title: str, text: str) -> str:
@@ -89,6 +98,8 @@ class QARecord:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise DataError(path, where, "expected a list of passage ids", name)
         meta = row.get("meta", {}) or {}
+        if not isinstance(meta, dict):
+            raise DataError(path, where, f"expected an object, got {json_type(meta)}", "meta")
         extra = {k: v for k, v in row.items() if k not in _RECORD_FIELDS}
         return cls(
             id=row["id"],
@@ -112,52 +123,143 @@ def _require(row: dict[str, Any], name: str, kind: type, path: str | Path, where
         raise DataError(path, where, f"expected {kind.__name__}, got {type(row[name]).__name__}", name)
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line; a broken line is a `DataError`."""
-    path = Path(path)
+_BOM = b"\xef\xbb\xbf"
+
+
+def _check_readable(path: Path, missing: str) -> None:
+    """A missing file or a folder where a file belongs is a `DataError`, not an `OSError` traceback."""
+    if path.is_dir():
+        raise DataError(path, "", "is a folder; expected a file")
     if not path.exists():
-        raise DataError(path, "-", "file not found")
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
+        raise DataError(path, "", missing)
+
+
+def _not_utf8(path: Path, data: bytes, exc: UnicodeDecodeError, offset: int) -> DataError:
+    """Name the first byte that is not UTF-8 and where it is, so the user can find and re-save it."""
+    bad = data[exc.start : exc.start + 1]
+    hint = "save it as UTF-8"
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff") and offset == 0:
+        hint = "it looks like UTF-16 (byte-order mark); save it as UTF-8"
+    elif bad and 0xA0 <= bad[0] <= 0xFF:
+        hint = "it may be Latin-1 or Windows-1252 text; save it as UTF-8"
+    return DataError(path, "", f"not UTF-8 text: byte {bad!r} at byte offset {offset + exc.start} ({hint})")
+
+
+def parse_json(path: str | Path, text: str, where: str | None = None, **kwargs: Any) -> Any:
+    """``json.loads`` of ``text`` (read from ``path``) with every failure as a `DataError`: broken
+    JSON, nesting deeper than the parser's recursion limit, numbers Python refuses (``ValueError``).
+    ``where`` names the position for the message; by default the line the parser stopped at."""
+    try:
+        return json.loads(text, **kwargs)
+    except DataError:  # raised by a hook in ``kwargs`` (e.g. a duplicate-key check)
+        raise
+    except json.JSONDecodeError as exc:
+        position = where or f"line {exc.lineno}"
+        raise DataError(path, position, f"broken JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise DataError(path, where or "", "JSON nested too deeply to read") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise DataError(path, where or "", f"unreadable JSON value ({exc})") from None
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line.
+
+    Every failure is a `DataError` naming the file and line: a missing file, a folder, bytes that
+    are not UTF-8 (with the byte offset), broken JSON, a line that is not a JSON object. Lines
+    are read as bytes and decoded one by one, so a bad byte is reported where it is rather than
+    as a ``UnicodeDecodeError`` halfway through a read.
+    """
+    path = Path(path)
+    _check_readable(path, "file not found")
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise DataError(path, "", f"cannot read ({exc.strerror or exc})") from None
+    with fh:
+        offset = 0
+        for lineno, raw in enumerate(fh, start=1):
+            start, offset = offset, offset + len(raw)
+            if lineno == 1 and raw.startswith(_BOM):
+                raw, start = raw[len(_BOM):], start + len(_BOM)
+            if not raw.strip():
                 continue
             try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(path, f"line {lineno}", f"broken JSON ({exc.msg} at column {exc.colno})") from None
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                err = _not_utf8(path, raw, exc, start)
+                raise DataError(path, f"line {lineno}", err.problem) from None
+            obj = parse_json(path, line, f"line {lineno}")
             if not isinstance(obj, dict):
-                raise DataError(path, f"line {lineno}", f"expected a JSON object, got {type(obj).__name__}")
+                raise DataError(path, f"line {lineno}", f"expected a JSON object, got {json_type(obj)}")
             yield lineno, obj
 
 
-def read_json(path: str | Path, missing: str = "file not found") -> Any:
-    """Parse a whole JSON file; a missing file (with ``missing`` as the hint) or broken JSON is a `DataError`."""
+def read_text(path: str | Path, missing: str = "file not found") -> str:
+    """A whole UTF-8 text file (a leading byte-order mark dropped); a missing file, a folder or
+    bytes that are not UTF-8 are a `DataError` naming the file (and the byte offset)."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(path, "-", missing)
+    _check_readable(path, missing)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(path, f"line {exc.lineno}", f"broken JSON ({exc.msg} at column {exc.colno})") from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(path, "", f"cannot read ({exc.strerror or exc})") from None
+    skip = len(_BOM) if data.startswith(_BOM) else 0
+    try:
+        return data[skip:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, data[skip:], exc, skip) from None
+
+
+def read_json(path: str | Path, missing: str = "file not found") -> Any:
+    """Parse a whole JSON file. A missing file (with ``missing`` as the hint), a folder, bytes
+    that are not UTF-8 and broken JSON are each a `DataError` naming the file."""
+    path = Path(path)
+    return parse_json(path, read_text(path, missing))
+
+
+def json_type(value: Any) -> str:
+    """JSON's own name for a parsed value's type (users read JSON, not Python)."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
+    for kind, name in names.items():
+        if type(value) is kind:
+            return name
+    return "a number"
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
-    """Write rows atomically (temp file + rename) so a crash never leaves half a file."""
+    """Write rows atomically (temp file, fsync, rename) so a crash never leaves half a file; a
+    failure while writing (a bad row, a full disk) removes the temp file and leaves ``path`` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     n = 0
-    with tmp.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            n += 1
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                n += 1
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return n
 
 
 def load_records(path: str | Path) -> list[QARecord]:
-    """Read a prepared ``records.jsonl``."""
-    return [QARecord.from_dict(row, path=path, where=f"line {n}") for n, row in iter_jsonl(path)]
+    """Read a prepared ``records.jsonl``; a repeated id is an error naming both lines (predictions
+    and p_i rows are matched to records by id, so two records with one id would pair wrongly)."""
+    out: list[QARecord] = []
+    seen: dict[str, int] = {}
+    for n, row in iter_jsonl(path):
+        rec = QARecord.from_dict(row, path=path, where=f"line {n}")
+        if rec.id in seen:
+            raise DataError(path, f"line {n}", f"duplicate record id {rec.id!r} (first on line {seen[rec.id]})", "id")
+        seen[rec.id] = n
+        out.append(rec)
+    return out
 
 
 def load_corpus(path: str | Path) -> list[Passage]:

@@ -1,16 +1,23 @@
-"""Score a predictions file against a data file with the one protocol scorer."""
+"""Score a predictions file against a data file with the one protocol scorer.
+
+Predictions are plain answers: they are scored as text (`Prediction.parsed`), not passed through
+the ``<answer>`` parser that reads model completions.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from awarl.protocol import DEFAULT_REFUSAL_PHRASES, Score, parse_final, score
+from awarl.protocol import DEFAULT_REFUSAL_PHRASES, Score, score
 from awarl.data.adapters import load_dataset_file
 from awarl.data.records import DataError, QARecord, iter_jsonl, load_records
 from awarl.eval.metrics import Metrics, by_dataset, compute_metrics, macro_average
 from awarl.eval.predictions import load_predictions, match_predictions
+
+log = logging.getLogger(__name__)
 
 
 def load_eval_data(path: str | Path, dataset: str | None = None) -> list[QARecord]:
@@ -21,7 +28,7 @@ def load_eval_data(path: str | Path, dataset: str | None = None) -> list[QARecor
         if first is not None and {"answers", "dataset"} <= set(first[1]):
             return load_records(path)
     if dataset is None:
-        raise DataError(path, "-", "not a records.jsonl; pass --dataset to read it as an official file")
+        raise DataError(path, "", "not a records.jsonl; pass --dataset to read it as an official file")
     return load_dataset_file(dataset, path)[0]
 
 
@@ -45,9 +52,11 @@ def score_predictions(
     """Match predictions to records and score every one; MuSiQue-Full copies are scored against
     their own ``answerable`` flag."""
     records = load_eval_data(data, dataset)
+    if not records:
+        log.warning("%s holds 0 records: nothing was scored, and every metric below is 0 by convention", data)
     preds = match_predictions(records, load_predictions(predictions), predictions)
     scores = [
-        score(parse_final(p.as_completion(), phrases), r.answers, answerable=r.answerable, metric=metric)
+        score(p.parsed(phrases), r.answers, answerable=r.answerable, metric=metric)
         for r, p in zip(records, preds)
     ]
     per = by_dataset((r.dataset, s, r.answerable) for r, s in zip(records, scores))
