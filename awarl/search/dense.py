@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from awarl.data.records import DataError, Passage
-from awarl.search.index import META_FILE, read_meta, write_meta
+from awarl.search.folder import META_FILE, read_meta, staged, write_meta
 from awarl.search.retriever import Hit, SearchError, check_request
 from awarl.search.store import PassageStore
 
@@ -106,14 +106,14 @@ class DenseIndex:
         return cls(index, emb, PassageStore.from_passages(passages), settings, encoder)
 
     def save(self, out_dir: str | Path) -> Path:
+        """Write the index folder; an existing index there is replaced atomically (`awarl.search.folder`)."""
         faiss, _ = _require_extra()
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        faiss.write_index(self._faiss, str(out / FAISS_FILE))
-        np.save(out / EMBEDDINGS_FILE, np.asarray(self._embeddings, dtype=np.float32))
-        self.store.save(out)
-        write_meta(out, self.kind, len(self), asdict(self.settings))
-        return out
+        with staged(out_dir) as out:
+            faiss.write_index(self._faiss, str(out / FAISS_FILE))
+            np.save(out / EMBEDDINGS_FILE, np.asarray(self._embeddings, dtype=np.float32))
+            self.store.save(out)
+            write_meta(out, self.kind, len(self), asdict(self.settings))
+        return Path(out_dir)
 
     @classmethod
     def load(cls, index_dir: str | Path, mmap: bool = True, encoder: str | None = None, device: str | None = None) -> "DenseIndex":

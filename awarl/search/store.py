@@ -1,16 +1,25 @@
-"""Passage storage inside an index folder: text memory-mapped, ids in memory.
+"""Passage storage inside an index folder: text and id lookup memory-mapped, nothing per passage
+held in Python objects.
 
-An index folder holds ``passages.jsonl`` (one passage per line, in index row order),
-``passages.offsets.npy`` (byte offset of every line, plus the end) and ``passages.ids.json``.
-Loading reads only the ids; a passage's text is read from the mapped file when it is asked for,
-so a large corpus opens in well under a second and shares pages between processes.
+An index folder holds ``passages.jsonl`` (one passage per line, in index row order, each line
+starting with its id), ``passages.offsets.npy`` (byte offset of every line, plus the end), and an
+id lookup table: ``passages.idhash.npy`` (a 64-bit hash of every id, sorted) with
+``passages.idrow.npy`` (the row of each). An id is found by binary search over the hashes and
+confirmed against the start of its line, so a 21M-passage store opens in milliseconds and every
+server worker shares the same pages instead of building its own id dictionary (about 100 bytes
+per passage). Folders written before the table existed hold ``passages.ids.json`` and still load.
+
+`PassageWriter` writes a store one passage at a time, so building never holds the corpus.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
-from collections.abc import Sequence
+import tempfile
+from array import array
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,18 +29,74 @@ from awarl.search.retriever import UnknownPassageError
 
 PASSAGES_FILE = "passages.jsonl"
 OFFSETS_FILE = "passages.offsets.npy"
-IDS_FILE = "passages.ids.json"
+IDHASH_FILE = "passages.idhash.npy"
+IDROW_FILE = "passages.idrow.npy"
+IDS_FILE = "passages.ids.json"  # older folders only
+
+
+def id_hash(pid: str) -> int:
+    return int.from_bytes(hashlib.blake2b(pid.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def _line(p: Passage) -> bytes:
+    return (json.dumps(p.to_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _id_prefix(pid: str) -> bytes:
+    """How the line of passage ``pid`` starts (`Passage.to_dict` puts the id first)."""
+    return ('{"id": ' + json.dumps(pid, ensure_ascii=False) + ",").encode("utf-8")
+
+
+class _MappedIds:
+    """id -> row over the sorted hash table, confirmed against the passage line."""
+
+    def __init__(self, hashes: np.ndarray, rows: np.ndarray, mm: mmap.mmap | None, offsets: np.ndarray):
+        self._hashes, self._rows, self._mm, self._offsets = hashes, rows, mm, offsets
+
+    def get(self, pid: str, default: int | None = None) -> int | None:
+        if not isinstance(pid, str) or self._mm is None:
+            return default
+        h = np.uint64(id_hash(pid))
+        i = int(np.searchsorted(self._hashes, h))
+        prefix = _id_prefix(pid)
+        while i < len(self._hashes) and self._hashes[i] == h:
+            row = int(self._rows[i])
+            start = int(self._offsets[row])
+            if self._mm[start : start + len(prefix)] == prefix:
+                return row
+            i += 1
+        return default
+
+    def __contains__(self, pid: object) -> bool:
+        return isinstance(pid, str) and self.get(pid) is not None
+
+    def __getitem__(self, pid: str) -> int:
+        row = self.get(pid)
+        if row is None:
+            raise KeyError(pid)
+        return row
+
+    def __len__(self) -> int:
+        return len(self._hashes)
 
 
 class PassageStore:
-    """Row-addressable passages with an id -> row map. Reads are thread-safe (no shared cursor)."""
+    """Row-addressable passages with an id -> row map (`row_of`). Reads are thread-safe (no
+    shared cursor) and fork-safe (read-only mappings)."""
 
-    def __init__(self, ids: list[str], rows: Sequence[Passage] | None = None, mapped: tuple[mmap.mmap, np.ndarray] | None = None):
-        self.ids = ids
-        self.row_of: dict[str, int] = {pid: i for i, pid in enumerate(ids)}
-        if len(self.row_of) != len(ids):
-            dup = next(pid for i, pid in enumerate(ids) if self.row_of[pid] != i)
-            raise ValueError(f"duplicate passage id {dup!r}")
+    def __init__(self, ids: list[str] | None = None, rows: Sequence[Passage] | None = None,
+                 mapped: tuple[mmap.mmap | None, np.ndarray] | None = None, row_of: _MappedIds | None = None):
+        if row_of is None:
+            ids = list(ids or [])
+            lookup = {pid: i for i, pid in enumerate(ids)}
+            if len(lookup) != len(ids):
+                dup = next(pid for i, pid in enumerate(ids) if lookup[pid] != i)
+                raise ValueError(f"duplicate passage id {dup!r}")
+            self.row_of: dict[str, int] | _MappedIds = lookup
+            self._size = len(ids)
+        else:
+            self.row_of = row_of
+            self._size = len(row_of)
         self._rows = list(rows) if rows is not None else None
         self._mapped = mapped
 
@@ -40,7 +105,12 @@ class PassageStore:
         return cls([p.id for p in passages], rows=passages)
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self._size
+
+    @property
+    def ids(self) -> list[str]:
+        """Every id in row order (reads the whole store when it is memory-mapped)."""
+        return [self.row(i).id for i in range(len(self))]
 
     def row(self, i: int) -> Passage:
         if self._rows is not None:
@@ -50,10 +120,10 @@ class PassageStore:
         return Passage(obj["id"], obj.get("title", ""), obj["text"])
 
     def get(self, pid: str) -> Passage:
-        try:
-            return self.row(self.row_of[pid])
-        except KeyError:
-            raise UnknownPassageError(pid) from None
+        row = self.row_of.get(pid)
+        if row is None:
+            raise UnknownPassageError(pid)
+        return self.row(row)
 
     def rows_for(self, pids: Sequence[str]) -> np.ndarray:
         """Index rows of ``pids`` (unknown ids are an error; repeats are dropped)."""
@@ -66,30 +136,107 @@ class PassageStore:
         return np.unique(np.asarray(rows, dtype=np.int64))
 
     def save(self, out_dir: Path) -> None:
-        offsets = [0]
-        with (out_dir / PASSAGES_FILE).open("wb") as fh:
+        with PassageWriter(out_dir) as writer:
             for i in range(len(self)):
-                line = (json.dumps(self.row(i).to_dict(), ensure_ascii=False) + "\n").encode("utf-8")
-                fh.write(line)
-                offsets.append(offsets[-1] + len(line))
-        np.save(out_dir / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
-        (out_dir / IDS_FILE).write_text(json.dumps(self.ids), encoding="utf-8")
+                writer.add(self.row(i))
 
     @classmethod
     def load(cls, index_dir: Path, mmap_text: bool = True) -> "PassageStore":
-        for name in (PASSAGES_FILE, OFFSETS_FILE, IDS_FILE):
+        index_dir = Path(index_dir)
+        legacy = not (index_dir / IDHASH_FILE).exists() and (index_dir / IDS_FILE).exists()
+        needed = (PASSAGES_FILE, OFFSETS_FILE) + ((IDS_FILE,) if legacy else (IDHASH_FILE, IDROW_FILE))
+        for name in needed:
             if not (index_dir / name).exists():
                 raise DataError(index_dir / name, "-", "missing index file (rebuild the index with `awarl index build`)")
-        ids = json.loads((index_dir / IDS_FILE).read_text(encoding="utf-8"))
-        offsets = np.load(index_dir / OFFSETS_FILE)
-        if len(offsets) != len(ids) + 1:
-            raise DataError(index_dir / OFFSETS_FILE, "-", f"{len(offsets) - 1} offsets for {len(ids)} ids; the index is damaged")
+        offsets = np.load(index_dir / OFFSETS_FILE, mmap_mode="r")
         with (index_dir / PASSAGES_FILE).open("rb") as fh:
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if offsets[-1] > 0 else None
-        if mm is not None and len(mm) != int(offsets[-1]):
+        if (len(mm) if mm is not None else 0) != int(offsets[-1]):
             raise DataError(index_dir / PASSAGES_FILE, "-", "size does not match its offsets; the index is damaged")
-        store = cls(ids, mapped=(mm, offsets))
+        if legacy:
+            ids = json.loads((index_dir / IDS_FILE).read_text(encoding="utf-8"))
+            if len(offsets) != len(ids) + 1:
+                raise DataError(index_dir / OFFSETS_FILE, "-", f"{len(offsets) - 1} offsets for {len(ids)} ids; the index is damaged")
+            store = cls(ids, mapped=(mm, offsets))
+        else:
+            hashes = np.load(index_dir / IDHASH_FILE, mmap_mode="r")
+            rows = np.load(index_dir / IDROW_FILE, mmap_mode="r")
+            if len(hashes) != len(rows) or len(offsets) != len(hashes) + 1:
+                raise DataError(index_dir / IDHASH_FILE, "-", f"{len(hashes)} id hashes, {len(rows)} rows and "
+                                f"{len(offsets) - 1} offsets disagree; the index is damaged")
+            store = cls(mapped=(mm, offsets), row_of=_MappedIds(hashes, rows, mm, offsets))
         if not mmap_text:
-            store._rows = [store.row(i) for i in range(len(ids))]
-            store._mapped = None
+            store._rows = [store.row(i) for i in range(len(store))]
         return store
+
+
+class PassageWriter:
+    """Writes a store passage by passage; memory stays at 16 bytes per passage (hash + row, for the
+    final sort of the id table) whatever the text size. Duplicate ids are an error at `close`."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = Path(out_dir)
+        self._fh = (self.out_dir / PASSAGES_FILE).open("wb")
+        self._spill = tempfile.TemporaryFile(dir=self.out_dir)  # offsets, 8 bytes each, off the heap
+        self._buf = array("q", [0])
+        self._hashes = array("Q")
+        self._pos = 0
+        self.count = 0
+
+    def __enter__(self) -> "PassageWriter":
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._fh.close()
+            self._spill.close()
+
+    def add(self, p: Passage) -> None:
+        line = _line(p)
+        self._fh.write(line)
+        self._pos += len(line)
+        self._buf.append(self._pos)
+        self._hashes.append(id_hash(p.id))
+        self.count += 1
+        if len(self._buf) >= 1 << 16:
+            self._buf.tofile(self._spill)
+            self._buf = array("q")
+
+    def add_all(self, passages: Iterable[Passage]) -> None:
+        for p in passages:
+            self.add(p)
+
+    def close(self) -> None:
+        self._fh.close()
+        self._buf.tofile(self._spill)
+        self._spill.flush()
+        self._spill.seek(0)
+        offsets = np.lib.format.open_memmap(self.out_dir / OFFSETS_FILE, mode="w+", dtype=np.int64, shape=(self.count + 1,))
+        offsets[:] = np.fromfile(self._spill, dtype=np.int64, count=self.count + 1)
+        offsets.flush()
+        self._spill.close()
+        hashes = np.frombuffer(self._hashes, dtype=np.uint64)
+        order = np.argsort(hashes, kind="stable")
+        sorted_hashes = hashes[order]
+        self._check_unique(sorted_hashes, order, offsets)
+        np.save(self.out_dir / IDHASH_FILE, sorted_hashes)
+        np.save(self.out_dir / IDROW_FILE, order.astype(np.int64))
+        del offsets
+        self._hashes = array("Q")
+
+    def _check_unique(self, hashes: np.ndarray, order: np.ndarray, offsets: np.ndarray) -> None:
+        same = np.flatnonzero(hashes[1:] == hashes[:-1])
+        if not len(same):
+            return
+        with (self.out_dir / PASSAGES_FILE).open("rb") as fh:
+            def pid(row: int) -> str:
+                fh.seek(int(offsets[row]))
+                return json.loads(fh.read(int(offsets[row + 1] - offsets[row])))["id"]
+
+            for i in same:
+                a, b = sorted((int(order[i]), int(order[i + 1])))
+                if pid(a) == pid(b):
+                    raise ValueError(f"duplicate passage id {pid(a)!r} (passages {a + 1} and {b + 1} of the corpus)")
+

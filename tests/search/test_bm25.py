@@ -40,19 +40,42 @@ def test_round_trip_gives_identical_results(hotpot_prepared, hotpot_index, hotpo
 
 def test_mmap_load_keeps_arrays_on_disk(hotpot_index_dir):
     loaded = BM25Index.load(hotpot_index_dir, mmap=True)
-    assert isinstance(loaded._data, np.memmap) and isinstance(loaded._indices, np.memmap)
+    assert isinstance(loaded.postings.data, np.memmap) and isinstance(loaded.postings.indices, np.memmap)
 
 
 def test_scores_equal_bm25s_retrieve(hotpot_prepared, hotpot_index):
-    """awarl's vectorised scorer must give bm25s's own scores and ranking."""
-    records, _ = hotpot_prepared
+    """awarl's own streaming build and scorer give bm25s's scores and ranking (bm25s built apart)."""
+    import Stemmer
+
+    records, passages = hotpot_prepared
+    stemmer = Stemmer.Stemmer("english")
+    texts = [f"{p.title} {p.text}" if p.title else p.text for p in passages]
+    model = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    model.index(bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
     questions = [r.question for r in records]
-    tokens = bm25s.tokenize(questions, stopwords="en", stemmer=hotpot_index._stemmer, return_ids=False, show_progress=False)
-    docs, scores = hotpot_index._model.retrieve(tokens, k=5, show_progress=False)
+    tokens = bm25s.tokenize(questions, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+    docs, scores = model.retrieve(tokens, k=5, show_progress=False)
     ours = hotpot_index.search(questions, 5)
     for i, row in enumerate(ours):
-        np.testing.assert_allclose([h.score for h in row], scores[i][: len(row)], rtol=1e-5)
+        np.testing.assert_allclose([h.score for h in row], scores[i][: len(row)], rtol=1e-6)
         assert hotpot_index.store.rows_for([row[0].passage.id])[0] == docs[i][0] or row[0].score == pytest.approx(row[1].score)
+    # same matrix, term by term (vocabularies number terms differently)
+    ours_p = hotpot_index.postings
+    for term, t in list(model.vocab_dict.items())[::50]:
+        u = ours_p.vocab[term]
+        a, b = model.scores["indptr"][t : t + 2]
+        c, d = ours_p.indptr[u : u + 2]
+        assert model.scores["indices"][a:b].tolist() == ours_p.indices[c:d].tolist()
+        assert model.scores["data"][a:b].tolist() == ours_p.data[c:d].tolist()  # bit-identical float32
+
+
+def test_tokenizer_matches_bm25s(hotpot_prepared, hotpot_index):
+    import Stemmer
+
+    _, passages = hotpot_prepared
+    texts = [p.text for p in passages[:200]] + ["Ünïcode Straße 123 a b x_y ...", ""]
+    want = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False, show_progress=False)
+    assert [hotpot_index.tokenizer.terms(t) for t in texts] == [list(w) for w in want]
 
 
 def test_gold_passages_rank_high_on_hotpotqa(hotpot_prepared, hotpot_index):
@@ -163,7 +186,7 @@ def test_loading_a_damaged_or_foreign_folder_fails_clearly(hotpot_index, tmp_pat
     with pytest.raises(DataError, match="index format 99"):
         load_index(saved)
     (saved / "awarl_index.json").write_text(json.dumps(meta))
-    (saved / "passages.ids.json").unlink()
+    (saved / "passages.idhash.npy").unlink()
     with pytest.raises(DataError, match="missing index file"):
         load_index(saved)
 
@@ -182,15 +205,8 @@ def test_concurrent_searches_from_threads_agree(hotpot_prepared, hotpot_index_di
 
 
 def test_posting_lists_are_sorted_for_binary_search(hotpot_index):
-    from awarl.search.bm25 import _sort_postings
-
-    indices, indptr = hotpot_index._indices, hotpot_index._indptr
+    p = hotpot_index.postings
+    indices, indptr = p.indices, p.indptr
     assert all((np.diff(indices[indptr[t]:indptr[t + 1]]) > 0).all() for t in range(len(indptr) - 1))
-    # an unsorted matrix gets reordered, values travelling with their rows
-    scores = {"indices": np.array([2, 0, 1, 5, 3]), "data": np.array([0.2, 0.0, 0.1, 0.5, 0.3]), "indptr": np.array([0, 3, 5])}
-    _sort_postings(scores)
-    assert scores["indices"].tolist() == [0, 1, 2, 3, 5] and scores["data"].tolist() == [0.0, 0.1, 0.2, 0.3, 0.5]
-    # sorted lists stay as they are even though rows fall back at a column boundary
-    scores = {"indices": np.array([3, 5, 0, 1]), "data": np.array([1.0, 2.0, 3.0, 4.0]), "indptr": np.array([0, 2, 4])}
-    _sort_postings(scores)
-    assert scores["indices"].tolist() == [3, 5, 0, 1] and scores["data"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    # the stored upper bound of each term is the largest score in its postings
+    assert all(p.term_max[t] == p.data[indptr[t]:indptr[t + 1]].max() for t in range(0, len(indptr) - 1, 7))
