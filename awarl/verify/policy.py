@@ -11,13 +11,21 @@ Bedrock's export calls a rule's reading ``alternateExpression`` and may wrap eve
 ``policyDefinition``; both are accepted. awarl's YAML may add, per variable, ``patterns`` for the
 offline pattern translator (see `Pattern`) and a ``role`` (premise, claim or any).
 
-Every rule is parsed by Z3 against the declared sorts, so a bad policy fails at load time with
-an error naming the file, the rule id and the problem.
+Every rule is read and sort-checked against the declared sorts (`awarl.verify.smt`) before Z3
+builds it, so a bad policy fails at load time with an error naming the file, the rule id and the
+problem; premises and claims go through the same check. Loading is linear in the policy's size:
+each expression is handed to Z3 with only the declarations it names.
+
+Pattern regexes run on the third-party ``regex`` module under a time limit (see
+`awarl.verify.translate.PatternTranslator`), and a regex that repeats a group which itself holds a
+repeat (``(a+)+``, the classic catastrophic-backtracking shape) is refused at load time.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import re
 from fractions import Fraction
 from collections.abc import Mapping, Sequence
@@ -25,18 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import regex
 import yaml
 import z3
+
+from awarl.verify import smt
 
 _BUILTIN_SORTS = {"bool": "bool", "boolean": "bool", "int": "int", "integer": "int", "real": "real"}
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _ROLES = ("any", "premise", "claim")
-# SMT-LIB words a rule may use besides the policy's own names.
-_SMT_WORDS = frozenset(
-    "and or not => = distinct ite < <= > >= + - * / div mod abs true false xor to_real to_int is_int".split()
-)
-_NUMERAL_RE = re.compile(r"^-?\d+(\.\d+)?$")
-_TOKEN_RE = re.compile(r"\(|\)|[^\s()]+")
+# SMT-LIB words a policy name may not be (operators and binders).
+_SMT_WORDS = smt.RESERVED
 
 
 class PolicyError(ValueError):
@@ -78,11 +85,88 @@ class Pattern:
     value: Any = None
     scale: float = 1.0
 
-    def compiled(self) -> re.Pattern[str]:
+    def source(self) -> str:
+        """The regex this pattern runs (a phrase becomes a whole-word, whitespace-tolerant regex)."""
         if self.phrase is not None:
             words = r"\s+".join(re.escape(w) for w in self.phrase.split())
-            return re.compile(rf"(?<![\w-]){words}(?![\w-])", re.I)
-        return re.compile(self.regex if self.regex is not None else self.extract or "", re.I)
+            return rf"(?<![\w-]){words}(?![\w-])"
+        return self.regex if self.regex is not None else self.extract or ""
+
+    def compiled(self) -> regex.Pattern:
+        """The compiled, case-insensitive regex (``regex`` module: its ``search`` takes a ``timeout``)."""
+        return _compile(self.source())
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile(source: str) -> regex.Pattern:
+    return regex.compile(source, regex.IGNORECASE | regex.VERSION0)
+
+
+def nested_repeat(source: str) -> str | None:
+    """The first group of ``source`` that is repeated without bound and itself holds an unbounded
+    repeat, e.g. ``(a+)+`` or ``(\\w+\\s?)*``: on a near-miss such a regex tries exponentially many
+    ways to split the text (catastrophic backtracking). None when there is none. Possessive
+    repeats (``a++``) and atomic groups (``(?>…)``) do not backtrack and are allowed.
+
+    >>> nested_repeat("(a+)+b"), nested_repeat("(ab)+c"), nested_repeat("(a++)+b")
+    ('(a+)+', None, None)
+    """
+    # One frame per open group: [start offset, holds an unbounded repeat, atomic].
+    frames: list[list[Any]] = [[0, False, False]]
+    i, n = 0, len(source)
+    last_group: tuple[int, bool] | None = None  # (start, holds a repeat) of a group that just closed
+    while i < n:
+        c = source[i]
+        closed, last_group = last_group, None
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a character class: skip to its closing bracket
+            j = i + 1
+            if j < n and source[j] == "^":
+                j += 1
+            if j < n and source[j] == "]":
+                j += 1
+            while j < n and source[j] != "]":
+                j += 2 if source[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "(":
+            frames.append([i, False, source.startswith("(?>", i)])
+            i += 1
+            continue
+        if c == ")" and len(frames) > 1:
+            start, holds, atomic = frames.pop()
+            last_group = (start, holds and not atomic)
+            if holds and not atomic:
+                frames[-1][1] = True
+            i += 1
+            continue
+        unbounded, width = _repeat_at(source, i)
+        if width:
+            possessive = source.startswith("+", i + width)
+            if unbounded and not possessive:
+                if closed is not None and closed[1]:
+                    return source[closed[0] : i + width]
+                frames[-1][1] = True
+            i += width + (1 if i + width < n and source[i + width] in "+?" else 0)
+            continue
+        i += 1
+    return None
+
+
+def _repeat_at(source: str, i: int) -> tuple[bool, int]:
+    """(unbounded, length) of the quantifier at ``source[i]``; length 0 when there is none."""
+    c = source[i]
+    if c in "*+":
+        return True, 1
+    if c == "?":
+        return False, 1
+    if c == "{":
+        m = re.match(r"\{(\d*)(,?)(\d*)\}", source[i:])
+        if m and (m.group(1) or m.group(3)):
+            return bool(m.group(2)) and not m.group(3), m.end()
+    return False, 0
 
 
 @dataclass(frozen=True)
@@ -119,18 +203,21 @@ class Policy:
     consts: dict[str, z3.ExprRef] = field(default_factory=dict, repr=False)
     enum_values: dict[str, str] = field(default_factory=dict, repr=False)  # value name -> type name
     compiled: dict[str, z3.BoolRef] = field(default_factory=dict, repr=False)
-    _parsed: dict[str, z3.BoolRef] = field(default_factory=dict, init=False, repr=False)  # parsing costs ~2 ms
+    _parsed: dict[str, z3.BoolRef] = field(default_factory=dict, init=False, repr=False)
+    _variable: dict[str, Variable] = field(default_factory=dict, init=False, repr=False)
+    _kind: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    _rule: dict[str, Rule] = field(default_factory=dict, init=False, repr=False)
+    _signature: smt.Signature | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._declare()
-        seen: set[str] = set()
         for i, rule in enumerate(self.rules):
             where = f"rule '{rule.id}'" if rule.id else f"rules[{i}]"
             if not rule.id or not _NAME_RE.match(rule.id.replace("-", "_").replace(".", "_")):
                 raise PolicyError(self.source, where, f"bad rule id {rule.id!r} (letters, digits, _ - .)")
-            if rule.id in seen:
+            if rule.id in self._rule:
                 raise PolicyError(self.source, where, "duplicate rule id")
-            seen.add(rule.id)
+            self._rule[rule.id] = rule
             self.compiled[rule.id] = self.parse(rule.expression, where=where)
 
     # -- declarations ------------------------------------------------------------------------
@@ -140,7 +227,7 @@ class Policy:
             where = f"type '{t.name}'" if t.name else f"types[{i}]"
             if not _NAME_RE.match(t.name or ""):
                 raise PolicyError(self.source, where, "a type name must start with a letter (letters, digits, _)")
-            if t.name in self.sorts or t.name.lower() in _BUILTIN_SORTS:
+            if t.name in self.sorts or t.name.lower() in _BUILTIN_SORTS or t.name in _SMT_WORDS:
                 raise PolicyError(self.source, where, "duplicate or reserved type name")
             if not t.values:
                 raise PolicyError(self.source, where, "a type needs at least one value")
@@ -168,27 +255,42 @@ class Policy:
             elif kind == "real":
                 self.consts[var.name] = z3.Real(var.name, self.ctx)
             elif var.type in self.sorts:
+                kind = var.type
                 self.consts[var.name] = z3.Const(var.name, self.sorts[var.type])
             else:
                 raise PolicyError(self.source, where, f"unknown type {var.type!r} (bool, int, real or one of {sorted(self.sorts)})")
+            self._variable[var.name] = var
+            self._kind[var.name] = kind
             if var.role not in _ROLES:
                 raise PolicyError(self.source, where, f"role must be one of {list(_ROLES)}, got {var.role!r}")
             for j, p in enumerate(var.patterns):
                 self._check_pattern(var, p, f"{where}, patterns[{j}]")
+        self._signature = smt.Signature(variables=self._kind, values=self.enum_values, types=frozenset(self.sorts))
 
     def _check_pattern(self, var: Variable, p: Pattern, where: str) -> None:
         given = [k for k in ("phrase", "regex", "extract") if getattr(p, k) is not None]
         if len(given) != 1:
             raise PolicyError(self.source, where, "give exactly one of phrase, regex, extract")
+        if not isinstance(getattr(p, given[0]), str) or not getattr(p, given[0]).strip():
+            raise PolicyError(self.source, where, f"'{given[0]}' must be a non-empty string")
         try:
             rx = p.compiled()
-        except re.error as exc:
+        except (regex.error, re.error) as exc:
             raise PolicyError(self.source, where, f"bad regex: {exc}") from None
+        risky = nested_repeat(p.source())
+        if risky is not None:
+            raise PolicyError(
+                self.source, where,
+                f"regex repeats a group that itself repeats, {risky!r}: it can take exponential time on text that "
+                "almost matches; repeat the inner part possessively ('+' after its quantifier, e.g. '\\s++') or rewrite it",
+            )
         if p.extract is not None:
             if self.kind(var.name) not in ("int", "real"):
                 raise PolicyError(self.source, where, "extract needs an int or real variable")
             if rx.groups < 1:
                 raise PolicyError(self.source, where, "an extract regex needs a group around the number")
+            if not (isinstance(p.scale, (int, float)) and not isinstance(p.scale, bool) and math.isfinite(p.scale)):
+                raise PolicyError(self.source, where, f"scale must be a finite number, got {p.scale!r}")
         else:
             try:
                 self.value_expr(var.name, p.value)
@@ -198,51 +300,35 @@ class Policy:
     # -- expressions -------------------------------------------------------------------------
     def kind(self, name: str) -> str:
         """bool, int, real, or the custom type's name."""
-        var = self.variable(name)
-        return _BUILTIN_SORTS.get(var.type.lower(), var.type)
+        return self._kind[name]
 
     def variable(self, name: str) -> Variable:
-        for v in self.variables:
-            if v.name == name:
-                return v
-        raise KeyError(name)
+        return self._variable[name]
 
     def rule(self, rule_id: str) -> Rule:
-        for r in self.rules:
-            if r.id == rule_id:
-                return r
-        raise KeyError(rule_id)
+        return self._rule[rule_id]
 
     def parse(self, expression: str, where: str = "expression") -> z3.BoolRef:
-        """Parse one SMT-LIB boolean term over the policy's variables."""
+        """Read, sort-check and build one SMT-LIB boolean term over the policy's variables.
+
+        Z3's parser is given only the declarations the term names: handing it every declaration
+        on every call made loading quadratic (a 2,000-rule policy took 17 s).
+        """
         if isinstance(expression, str) and expression in self._parsed:
             return self._parsed[expression]
         if not isinstance(expression, str) or not expression.strip():
             raise PolicyError(self.source, where, "empty expression")
-        tokens = _TOKEN_RE.findall(expression)
-        depth, top_terms = 0, 0
-        for tok in tokens:
-            if tok == "(":
-                top_terms += depth == 0
-                depth += 1
-            elif tok == ")":
-                depth -= 1
-                if depth < 0:
-                    raise PolicyError(self.source, where, f"bad SMT-LIB: unbalanced ')' in {expression!r}")
-            elif depth == 0:
-                top_terms += 1
-        if depth != 0:
-            raise PolicyError(self.source, where, f"bad SMT-LIB: {depth} unclosed '(' in {expression!r}")
-        if top_terms != 1:
-            raise PolicyError(self.source, where, f"bad SMT-LIB: expected one term, got {top_terms} in {expression!r}")
-        if not any(t in ("let", "forall", "exists", "!") for t in tokens):
-            for tok in tokens:
-                if tok in "()" or tok in _SMT_WORDS or _NUMERAL_RE.match(tok):
-                    continue
-                if tok not in self.consts and tok not in self.enum_values:
-                    raise PolicyError(self.source, where, f"unknown variable {tok!r} in {expression!r}")
+        assert self._signature is not None
         try:
-            terms = z3.parse_smt2_string(f"(assert {expression})", sorts=self.sorts, decls=self.consts, ctx=self.ctx)
+            checked = smt.check(smt.read(expression), self._signature)
+        except smt.SmtError as exc:
+            raise PolicyError(self.source, where, f"{exc} in {expression!r}") from None
+        if checked.sort != smt.BOOL:
+            raise PolicyError(self.source, where, f"type mismatch: the expression is {checked.sort}, not boolean: {expression!r}")
+        decls = {name: self.consts[name] for name in checked.variables}
+        sorts = {name: self.sorts[name] for name in checked.types}
+        try:
+            terms = z3.parse_smt2_string(f"(assert {expression})", sorts=sorts, decls=decls, ctx=self.ctx)
         except z3.Z3Exception as exc:
             raise PolicyError(self.source, where, _z3_problem(exc, expression)) from None
         self._parsed[expression] = terms[0]
@@ -256,14 +342,14 @@ class Policy:
                 raise ValueError(f"variable {name!r} is bool; got {value!r}")
             return z3.BoolVal(value, self.ctx)
         if kind in ("int", "real"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"variable {name!r} is {kind}; got {value!r}")
             if kind == "int":
                 if float(value) != int(value):
                     raise ValueError(f"variable {name!r} is int; got {value!r}")
                 return z3.IntVal(int(value), self.ctx)
             return z3.RealVal(value, self.ctx)
-        if value not in {v.value for v in self._type(kind).values}:
+        if not isinstance(value, str) or value not in {v.value for v in self._type(kind).values}:
             raise ValueError(f"variable {name!r} is of type {kind}; {value!r} is not one of its values")
         return _enum_const(const.sort(), value)
 
@@ -275,7 +361,7 @@ class Policy:
         return f"(= {name} {_smt_text(expr)})"
 
     def _type(self, name: str) -> PolicyType:
-        return next(t for t in self.types if t.name == name)
+        return next(t for t in self.types if t.name == name)  # a handful of types: a scan is fine
 
     def model_value(self, model: z3.ModelRef, name: str) -> bool | int | float | str:
         """A variable's value in a Z3 model, as a plain Python value (complete model)."""
@@ -359,32 +445,78 @@ def _z3_problem(exc: z3.Z3Exception, expression: str) -> str:
 
 
 # -- loading -----------------------------------------------------------------------------------
+_DEFINITION_KEYS = ("version", "types", "variables", "rules")
+
+
 def load_policy(path: str | Path) -> Policy:
-    """Load a policy from awarl's YAML or Bedrock's exported JSON (chosen by content, not suffix)."""
+    """Load a policy from awarl's YAML or Bedrock's exported JSON (chosen by content, not suffix).
+
+    Every problem with the file is a `PolicyError` naming it: missing, a folder, not UTF-8 (with
+    the byte offset), not YAML/JSON (with the line), not a policy (with what is missing).
+    """
     path = Path(path)
-    if not path.exists():
-        raise PolicyError(str(path), "-", "file not found")
-    text = path.read_text(encoding="utf-8")
+    source = str(path)
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise PolicyError(str(path), "-", f"not valid YAML/JSON: {exc}") from None
-    return policy_from_dict(data, source=str(path))
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise PolicyError(source, "file", "file not found") from None
+    except IsADirectoryError:
+        raise PolicyError(source, "file", "is a folder; give the policy's YAML or JSON file") from None
+    except OSError as exc:
+        raise PolicyError(source, "file", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(source, f"byte {exc.start}", f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the policy as UTF-8") from None
+    return policy_from_dict(_read_document(text, source), source=source)
+
+
+def _read_document(text: str, source: str) -> Any:
+    try:
+        if text.lstrip().startswith("{"):
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise PolicyError(source, f"line {exc.lineno}", f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "file"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError(source, where, f"not valid YAML: {problem}") from None
+    except RecursionError:
+        raise PolicyError(source, "file", "not a policy: nested too deeply to read") from None
 
 
 def policy_from_dict(data: Any, source: str = "<policy>") -> Policy:
+    """Build a policy from a parsed definition (awarl's YAML shape or Bedrock's JSON, optionally
+    wrapped in ``policyDefinition``). A document that is no policy (a corrections or tests file,
+    ``foo: 1``) is an error naming what is missing."""
     if isinstance(data, Mapping) and isinstance(data.get("policyDefinition"), Mapping):
         data = data["policyDefinition"]
     if not isinstance(data, Mapping):
-        raise PolicyError(source, "-", f"expected a mapping with version/types/variables/rules, got {type(data).__name__}")
+        raise PolicyError(source, "file", f"not a policy: expected a mapping with {', '.join(_DEFINITION_KEYS)}, got {type(data).__name__}")
+    missing = [k for k in ("variables", "rules") if k not in data]
+    if missing:
+        found = ", ".join(repr(str(k)) for k in list(data)[:5]) or "nothing"
+        hint = ""
+        if "tests" in data:
+            hint = " (this looks like a policy tests file)"
+        elif "corrections" in data:
+            hint = " (this looks like a corrections file)"
+        raise PolicyError(source, "file", f"not a policy: missing {' and '.join(repr(k) for k in missing)}; found {found}{hint}")
     types = [_type_from(t, source, i) for i, t in enumerate(_list(data, "types", source))]
     variables = [_variable_from(v, source, i) for i, v in enumerate(_list(data, "variables", source))]
     rules = [_rule_from(r, source, i) for i, r in enumerate(_list(data, "rules", source))]
-    return Policy(version=str(data.get("version", "1.0")), types=types, variables=variables, rules=rules, source=source)
+    version = data.get("version", "1.0")
+    if not isinstance(version, (str, int, float)) or isinstance(version, bool):
+        raise PolicyError(source, "version", f"expected a version string such as \"1.0\", got {version!r}")
+    return Policy(version=str(version), types=types, variables=variables, rules=rules, source=source)
 
 
 def _list(data: Mapping[str, Any], key: str, source: str) -> list[Any]:
-    value = data.get(key) or []
+    value = data.get(key)
+    if value is None:
+        return []
     if not isinstance(value, list):
         raise PolicyError(source, key, f"expected a list, got {type(value).__name__}")
     return value
@@ -399,39 +531,60 @@ def _mapping(item: Any, source: str, where: str, required: Sequence[str]) -> Map
     return item
 
 
+def _text(item: Mapping[str, Any], source: str, where: str, *keys: str) -> str:
+    """An optional free-text field (the first of ``keys`` present): a string, or a scalar written
+    without quotes (a YAML number or date); anything else is an error."""
+    for key in keys:
+        value = item.get(key)
+        if value is None:
+            continue
+        if isinstance(value, (list, dict)) or (isinstance(value, Mapping)):
+            raise PolicyError(source, where, f"field '{key}' must be text, got {type(value).__name__}")
+        if value != "":
+            return str(value)
+    return ""
+
+
 def _type_from(item: Any, source: str, i: int) -> PolicyType:
     t = _mapping(item, source, f"types[{i}]", ["name"])
+    where = f"type '{t['name']}'"
+    raw = t.get("values")
+    if raw is not None and not isinstance(raw, list):
+        raise PolicyError(source, where, f"'values' must be a list, got {type(raw).__name__}")
     values = []
-    for j, v in enumerate(t.get("values") or []):
+    for j, v in enumerate(raw or []):
         if isinstance(v, str):
             values.append(TypeValue(v))
         else:
-            v = _mapping(v, source, f"type '{t['name']}', values[{j}]", ["value"])
-            values.append(TypeValue(v["value"], v.get("description", "") or ""))
-    return PolicyType(t["name"], t.get("description", "") or "", tuple(values))
+            v = _mapping(v, source, f"{where}, values[{j}]", ["value"])
+            values.append(TypeValue(v["value"], _text(v, source, f"{where}, values[{j}]", "description")))
+    return PolicyType(t["name"], _text(t, source, where, "description"), tuple(values))
 
 
 def _variable_from(item: Any, source: str, i: int) -> Variable:
     v = _mapping(item, source, f"variables[{i}]", ["name", "type"])
     where = f"variable '{v['name']}'"
+    raw = v.get("patterns")
+    if raw is not None and not isinstance(raw, list):
+        raise PolicyError(source, where, f"'patterns' must be a list, got {type(raw).__name__}")
     patterns = []
-    for j, p in enumerate(v.get("patterns") or []):
+    for j, p in enumerate(raw or []):
         p = _mapping(p, source, f"{where}, patterns[{j}]", [])
         unknown = set(p) - {"phrase", "regex", "extract", "value", "scale"}
         if unknown:
-            raise PolicyError(source, f"{where}, patterns[{j}]", f"unknown keys {sorted(unknown)}")
+            raise PolicyError(source, f"{where}, patterns[{j}]", f"unknown keys {sorted(map(str, unknown))}")
+        scale = p.get("scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise PolicyError(source, f"{where}, patterns[{j}]", f"scale must be a number, got {scale!r}")
         patterns.append(
-            Pattern(
-                phrase=p.get("phrase"), regex=p.get("regex"), extract=p.get("extract"),
-                value=p.get("value"), scale=float(p.get("scale", 1.0)),
-            )
+            Pattern(phrase=p.get("phrase"), regex=p.get("regex"), extract=p.get("extract"), value=p.get("value"), scale=float(scale))
         )
-    return Variable(v["name"], v["type"], v.get("description", "") or "", v.get("role", "any"), tuple(patterns))
+    role = v.get("role", "any")
+    return Variable(v["name"], v["type"], _text(v, source, where, "description"), role if isinstance(role, str) else repr(role), tuple(patterns))
 
 
 def _rule_from(item: Any, source: str, i: int) -> Rule:
     r = _mapping(item, source, f"rules[{i}]", ["id"])
     if not isinstance(r.get("expression"), str) or not r["expression"].strip():
         raise PolicyError(source, f"rule '{r['id']}'", "missing or empty field 'expression'")
-    description = r.get("description") or r.get("alternateExpression") or ""
-    return Rule(r["id"], r["expression"], description)
+    return Rule(r["id"], r["expression"], _text(r, source, f"rule '{r['id']}'", "description", "alternateExpression"))

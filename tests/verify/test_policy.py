@@ -48,8 +48,8 @@ def _broken(mutate):
         (lambda d: d["rules"][0].update(expression="(+ income 1)"), "rule 'default_blocks'", "not boolean"),
         (lambda d: d["rules"][0].update(expression="(=> has_default (not approved)"), "rule 'default_blocks'", "bad SMT-LIB"),
         (lambda d: d["rules"][0].update(expression="has_default) (assert approved"), "rule 'default_blocks'", "bad SMT-LIB"),
-        (lambda d: d["rules"][0].update(expression="(not has_default approved)"), "rule 'default_blocks'", "bad SMT-LIB: Wrong number of arguments"),
-        (lambda d: d["rules"][0].update(expression="(ite has_default)"), "rule 'default_blocks'", "wrong arguments to 'ite'"),
+        (lambda d: d["rules"][0].update(expression="(not has_default approved)"), "rule 'default_blocks'", "bad SMT-LIB: wrong number of arguments to 'not'"),
+        (lambda d: d["rules"][0].update(expression="(ite has_default)"), "rule 'default_blocks'", "wrong number of arguments to 'ite': 3 expected, 1 given"),
         (lambda d: d["rules"][0].update(expression="(=> (= plan gold) approved)"), "rule 'default_blocks'", "unknown variable 'gold'"),
         (lambda d: d["rules"].append(dict(d["rules"][0])), "rule 'default_blocks'", "duplicate rule id"),
         (lambda d: d["rules"][0].update(expression=""), "rule 'default_blocks'", "missing or empty field 'expression'"),
@@ -76,7 +76,7 @@ def test_unreadable_files_are_clear_errors(tmp_path):
         load_policy(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("rules: [unclosed", encoding="utf-8")
-    with pytest.raises(PolicyError, match="not valid YAML/JSON"):
+    with pytest.raises(PolicyError, match="line 1: not valid YAML"):
         load_policy(bad)
 
 
