@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from awarl.data.records import DataError, iter_jsonl, read_json
+from awarl.data.records import DataError, iter_jsonl, json_type, read_json
 
 COLUMNS = (
     ("precision", "P"),
@@ -49,10 +49,22 @@ def load_run(path: str | Path) -> RunSummary:
     path = Path(path)
     metrics_path = path / "metrics.json"
     metrics = read_json(metrics_path, "not an evaluation run folder (run `awarl eval run … --out DIR` first)")
+    if not isinstance(metrics, dict):
+        raise DataError(metrics_path, "top level", f"expected a JSON object, got {json_type(metrics)}")
     for key in ("per_dataset", "macro"):
         if key not in metrics:
-            raise DataError(metrics_path, "-", "missing required field", key)
-    rows = [row for _, row in iter_jsonl(path / "trajectories.jsonl")] if (path / "trajectories.jsonl").exists() else []
+            raise DataError(metrics_path, "", "missing required field", key)
+        if not isinstance(metrics[key], dict):
+            raise DataError(metrics_path, "", f"expected an object, got {json_type(metrics[key])}", key)
+    for name, value in metrics["per_dataset"].items():
+        if not isinstance(value, dict):
+            raise DataError(metrics_path, f"per_dataset[{name!r}]", f"expected an object, got {json_type(value)}")
+    traj_path = path / "trajectories.jsonl"
+    rows = [row for _, row in iter_jsonl(traj_path)] if traj_path.exists() else []
+    for n, row in enumerate(rows, start=1):
+        p = row.get("p")
+        if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float))):
+            raise DataError(traj_path, f"row {n}", f"expected a number or null, got {json_type(p)}", "p")
     return RunSummary(metrics.get("name") or path.name, path, metrics, refusal_by_decile(rows))
 
 
@@ -190,6 +202,8 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str, P
         for r in runs:
             r.name = str(r.path)
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise DataError(out, "", "is a file; the report goes into a folder")
     out.mkdir(parents=True, exist_ok=True)
     rows = table_rows(runs)
     paths = {"markdown": out / "report.md", "json": out / "report.json"}

@@ -44,9 +44,7 @@ class HFGenerator:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.name = f"hf:{model}"
         self.batch_size = batch_size
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         if model_obj is None or tokenizer_obj is None:
             model_obj, tokenizer_obj = _load(str(model), self.device, dtype)
         else:  # a model handed in (e.g. the one being trained) generates where it already is
@@ -113,6 +111,37 @@ class HFGenerator:
 
     def close(self) -> None:
         self.model = None
+
+
+def resolve_device(device: str) -> Any:
+    """``auto`` / ``cpu`` / ``cuda`` / ``cuda:N`` as a ``torch.device``, checked against this torch
+    and machine, so a wrong ``--device`` is one clear `BackendError` instead of a traceback from
+    deep inside model loading."""
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise BackendError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda":
+        if torch.version.cuda is None:
+            raise BackendError(f"device {device!r}: this torch ({torch.__version__}) has no CUDA support (a CPU-only "
+                               "build); use --device cpu, or install a CUDA build of torch")
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise BackendError(f"device {device!r}: this torch has CUDA {torch.version.cuda} but sees no GPU "
+                               "(check the driver and CUDA_VISIBLE_DEVICES); use --device cpu")
+        if parsed.index is not None and parsed.index >= count:
+            raise BackendError(f"device {device!r}: only {count} GPU(s) visible (cuda:0 … cuda:{count - 1})")
+    elif parsed.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise BackendError(f"device {device!r}: this torch or machine has no Apple MPS; use --device cpu")
+    elif parsed.type != "cpu":
+        raise BackendError(f"device {device!r}: the transformers backend runs on cpu, cuda or mps; use auto, cpu, "
+                           "cuda or cuda:N")
+    return parsed
 
 
 def _load(model: str, device: Any, dtype: str) -> tuple[Any, Any]:

@@ -2,12 +2,17 @@
 
 The exported folder holds full weights (LoRA adapters merged), the tokenizer and its chat
 template (TRL's tool loop and vLLM's ``hermes`` tool parser both depend on it), and the
-generation config with ``<|im_end|>`` as a stop token.
+generation config with ``<|im_end|>`` as a stop token. It also carries the training recipe and
+rollout settings when the checkpoint has them (so the exported agent is served under the settings
+it was trained with) and a model card of its own: TRL's draft card names the base model only when
+it was a hub id, and reads "fine-tuned version of [None]" for a local one.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +21,13 @@ log = logging.getLogger(__name__)
 
 class ExportError(RuntimeError):
     """A checkpoint that cannot be exported; the message says what is missing."""
+
+
+SETTINGS_FILES = ("awarl_recipe.yaml", "rollout.json")
+"""How the checkpoint was trained; copied into the export when the checkpoint (or the training
+output folder holding a ``checkpoint-N``) has them."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def save_model(model: Any, tokenizer: Any, out_dir: str | Path, *, merge_lora: bool = True) -> Path:
@@ -47,6 +59,9 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, *, base_model
     ckpt = Path(checkpoint)
     if not ckpt.is_dir():
         raise ExportError(f"{ckpt}: checkpoint folder not found")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ExportError(f"{out_dir}: is a file; the export goes into a folder")
+    base: str | None = None
     torch_dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16,
                    "float16": torch.float16}[dtype]
     if (ckpt / "adapter_config.json").exists():
@@ -65,4 +80,77 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, *, base_model
     if not str(tok_source) or not (Path(tok_source) / "tokenizer_config.json").exists() and not base_model:
         raise ExportError(f"{ckpt}: no tokenizer in the checkpoint; pass --base-model to take it from the base model")
     tokenizer = AutoTokenizer.from_pretrained(str(tok_source))
-    return save_model(model, tokenizer, out_dir, merge_lora=True)
+    out = save_model(model, tokenizer, out_dir, merge_lora=True)
+    copied = copy_settings(ckpt, out)
+    write_model_card(out, base or base_model or _recipe_base(out), copied)
+    return out
+
+
+def copy_settings(checkpoint: Path, out: Path) -> list[str]:
+    """Copy `SETTINGS_FILES` from the checkpoint, or from the training folder above a ``checkpoint-N``."""
+    copied = []
+    for name in SETTINGS_FILES:
+        for folder in (checkpoint, checkpoint.parent):
+            if (folder / name).is_file():
+                shutil.copyfile(folder / name, out / name)
+                copied.append(name)
+                break
+    return copied
+
+
+def _recipe_base(folder: Path) -> str | None:
+    """The ``model.path`` a copied recipe trained from, when it names one."""
+    recipe = folder / "awarl_recipe.yaml"
+    if not recipe.is_file():
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    path = model.get("path") if isinstance(model, dict) else None
+    return path if isinstance(path, str) and path else None
+
+
+def model_card(name: str, base_model: str | None, settings: list[str]) -> str:
+    """README.md of an exported agent: what it does, how to serve it, what it was trained from.
+
+    The base model is named only when known; a hub id is linked and recorded in the card metadata,
+    a local folder is named as text (a link to it would point nowhere).
+
+    >>> "fine-tuned version of" in model_card("agent", None, [])
+    False
+    >>> "[Qwen/Qwen2.5-7B-Instruct](https://huggingface.co/Qwen/Qwen2.5-7B-Instruct)" in model_card("a", "Qwen/Qwen2.5-7B-Instruct", [])
+    True
+    """
+    on_hub = bool(base_model) and _HUB_ID.match(base_model) is not None and not Path(base_model).exists()
+    meta = ["---", "library_name: transformers", "pipeline_tag: text-generation",
+            "tags: [awarl, awa-rl, search-agent, tool-use, abstention]"]
+    if on_hub:
+        meta.append(f"base_model: {base_model}")
+    lines = [*meta, "---", "", f"# {name}", "",
+             "A search agent trained with awarl (AWA-RL). It calls the tool `search(query)` in the chat "
+             "template's tool-call format, then answers inside `<answer>…</answer>` followed by the ids of the "
+             "passages it relies on in square brackets, or answers `<answer>not enough information</answer>` when "
+             "the passages do not settle the question.", ""]
+    if on_hub:
+        lines += [f"This model is a fine-tuned version of [{base_model}](https://huggingface.co/{base_model}).", ""]
+    elif base_model:
+        lines += [f"This model is a fine-tuned version of `{base_model}` (a local checkpoint).", ""]
+    lines += ["## Use", "", "```bash",
+              f"vllm serve {name} --enable-auto-tool-choice --tool-call-parser hermes",
+              f"awarl eval run --model {name} --data records.jsonl --out runs/{name}",
+              "```", ""]
+    if settings:
+        lines += ["## Training", "", "How it was trained travels with it: "
+                  + ", ".join(f"`{s}`" for s in settings)
+                  + " (the resolved recipe and the rollout settings to serve it under).", ""]
+    return "\n".join(lines)
+
+
+def write_model_card(out: Path, base_model: str | None, settings: list[str]) -> Path:
+    path = out / "README.md"
+    path.write_text(model_card(out.name, base_model, settings), encoding="utf-8")
+    return path
