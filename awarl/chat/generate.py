@@ -1,0 +1,265 @@
+"""Generators the loop can drive: the trained search agent, or a scripted one.
+
+`AgentGenerator` runs the agent exactly as evaluation does — the rollout runner over a
+`SearchEnv` with the rollout settings the checkpoint was trained with — so its answers carry
+citations and its abstentions mean what they meant in training. An in-process model is not
+thread-safe and batches well, so every request goes through one `GenerationQueue`: a single
+thread that takes all waiting questions and runs them as one batch.
+
+`ScriptedGenerator` answers from a script; tests and ``scripts/bench_chat.py`` use it to drive
+the loop down each path without a model.
+
+Both raise `GeneratorDown` when the backend cannot answer after the retries (`with_retries`:
+exponential backoff), which ends the thread in ERROR instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from awarl.protocol import DEFAULT_REFUSAL_PHRASES, extract_answer, extract_citations, is_abstention
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class GeneratorDown(RuntimeError):
+    """The generator could not answer (unreachable, failing, or too slow) after every retry."""
+
+
+@dataclass
+class AgentReply:
+    """The agent's final message and how it got there."""
+
+    text: str
+    answer: str | None
+    abstained: bool
+    citations: list[str]
+    queries: list[str] = field(default_factory=list)
+    retrieved_ids: list[str] = field(default_factory=list)
+    stop_reason: str = "answer"
+    seconds: float = 0.0
+
+    def search(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k in ("queries", "retrieved_ids", "citations", "stop_reason")}
+
+    @classmethod
+    def from_text(cls, text: str, phrases: tuple[str, ...] = DEFAULT_REFUSAL_PHRASES, **kw: Any) -> "AgentReply":
+        """A reply from final text alone; text without ``<answer>`` tags is the answer itself."""
+        answer = extract_answer(text)
+        if answer is None:
+            answer = text.strip()
+        return cls(text=text, answer=answer, abstained=is_abstention(answer, phrases), citations=extract_citations(text), **kw)
+
+
+class ChatGenerator(Protocol):
+    name: str
+    decisions: bool
+    """True: rewrite prompts are answered with DECISION / ANSWER / QUESTION lines. False: the
+    generator only answers questions, so the loop re-asks it with the finding as feedback."""
+
+    def answer(self, question: str, temperature: float) -> AgentReply: ...
+
+    def rewrite(self, prompt: str) -> str: ...
+
+
+_RETRYABLE: tuple[type[BaseException], ...] = (OSError, TimeoutError, ConnectionError, RuntimeError)
+
+
+def with_retries(fn: Callable[[], T], *, attempts: int, base_delay: float, what: str,
+                 retry_on: tuple[type[BaseException], ...] = _RETRYABLE,
+                 error: type[GeneratorDown] = GeneratorDown) -> T:
+    """Call ``fn``; on a retryable error wait ``base_delay * 2**k`` and try again, ``attempts`` times in all."""
+    last: BaseException | None = None
+    for k in range(max(1, attempts)):
+        try:
+            return fn()
+        except retry_on as exc:
+            last = exc
+            if k + 1 < attempts:
+                delay = base_delay * (2**k)
+                log.warning("%s failed (%s); retry %d/%d in %.2fs", what, exc, k + 1, attempts - 1, delay)
+                time.sleep(delay)
+    raise error(f"{what} failed after {attempts} attempt(s): {last}") from last
+
+
+# -- scripted --------------------------------------------------------------------------------------
+class ScriptedGenerator:
+    """Answers from functions: ``answer_fn(question, n)`` returns the agent's final text (``n`` counts
+    calls); ``rewrite_fn(prompt, n)`` returns the reply to a rewrite prompt. ``down=True`` fails every
+    call the way an unreachable server does. Every prompt it receives is kept in ``prompts``."""
+
+    def __init__(self, answer_fn: Callable[[str, int], str], rewrite_fn: Callable[[str, int], str] | None = None, *,
+                 decisions: bool | None = None, name: str = "scripted", down: bool = False, delay: float = 0.0,
+                 phrases: tuple[str, ...] = DEFAULT_REFUSAL_PHRASES):
+        self.answer_fn, self.rewrite_fn = answer_fn, rewrite_fn
+        self.decisions = rewrite_fn is not None if decisions is None else decisions
+        self.name, self.down, self.delay, self.phrases = name, down, delay, phrases
+        self.prompts: list[tuple[str, str]] = []
+        self._n = {"answer": 0, "rewrite": 0}
+        self._lock = threading.Lock()
+
+    def _count(self, kind: str, prompt: str) -> int:
+        with self._lock:
+            self.prompts.append((kind, prompt))
+            n = self._n[kind]
+            self._n[kind] += 1
+        if self.down:
+            raise ConnectionError(f"{self.name}: connection refused")
+        if self.delay:
+            time.sleep(self.delay)
+        return n
+
+    def answer(self, question: str, temperature: float) -> AgentReply:
+        n = self._count("answer", question)
+        started = time.perf_counter()
+        text = self.answer_fn(question, n)
+        return AgentReply.from_text(text, self.phrases, seconds=time.perf_counter() - started)
+
+    def rewrite(self, prompt: str) -> str:
+        n = self._count("rewrite", prompt)
+        if self.rewrite_fn is None:
+            raise RuntimeError(f"{self.name} has no rewrite script")
+        return self.rewrite_fn(prompt, n)
+
+
+# -- the trained agent -------------------------------------------------------------------------------
+class GenerationQueue:
+    """One thread runs every generation; callers wait on a future (with a timeout, never forever).
+
+    ``batch_fn(kind, payloads)`` handles a list of same-kind requests at once, so questions that
+    arrive together become one batched rollout.
+    """
+
+    def __init__(self, batch_fn: Callable[[str, list[Any]], list[Any]], *, max_batch: int = 16, name: str = "generation"):
+        self.batch_fn, self.max_batch = batch_fn, max_batch
+        self._q: queue.Queue[tuple[str, Any, Future] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, kind: str, payload: Any) -> Future:
+        fut: Future = Future()
+        self._q.put((kind, payload, fut))
+        return fut
+
+    def close(self) -> None:
+        self._q.put(None)
+
+    def _run(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            batch = [item]
+            held: list[tuple[str, Any, Future] | None] = []
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is not None and nxt[0] == item[0]:
+                    batch.append(nxt)
+                else:
+                    held.append(nxt)
+            for h in held:
+                self._q.put(h)
+            try:
+                results = self.batch_fn(item[0], [b[1] for b in batch])
+                for (_, _, fut), res in zip(batch, results):
+                    fut.set_result(res)
+            except BaseException as exc:  # every waiting caller learns why
+                for _, _, fut in batch:
+                    fut.set_exception(exc)
+
+
+def rollout_of(checkpoint: str | Path | None, recorded: Mapping[str, Any] | None = None) -> Any:
+    """The `RolloutSettings` a served agent runs under: those saved with the checkpoint
+    (``rollout.json`` / ``awarl_recipe.yaml``), else ``recorded`` (a demo manifest's), else the defaults.
+    Chat questions have no passage list of their own, so the scope is always ``global``."""
+    from awarl.agent.settings import RolloutSettings, load_rollout
+    from awarl.config_fields import ConfigError
+
+    settings = None
+    if checkpoint is not None:
+        try:
+            settings = load_rollout(checkpoint)
+        except ConfigError as exc:
+            log.warning("%s", exc)
+    if settings is None and recorded:
+        settings = RolloutSettings.from_dict(dict(recorded), "rollout settings")
+    settings = settings or RolloutSettings()
+    return settings.replace(scope="global") if settings.scope != "global" else settings
+
+
+class AgentGenerator:
+    """The trained agent: `awarl.agent.runner.Runner` + ``search`` over the corpus, via one queue.
+
+    ``rewrite_backend`` (default: the same backend) answers rewrite prompts when ``decisions``.
+    """
+
+    def __init__(self, backend: Any, retriever: Any, rollout: Any = None, *,
+                 rewrite_backend: Any = None, decisions: bool = False, name: str | None = None,
+                 timeout_s: float = 300.0, max_batch: int = 16):
+        self.backend, self.retriever = backend, retriever
+        self.rollout = rollout if rollout is not None else rollout_of(None)
+        self.rewrite_backend = rewrite_backend or backend
+        self.decisions = decisions
+        self.name = name or getattr(backend, "name", "agent")
+        self.timeout_s = timeout_s
+        self.phrases = tuple(self.rollout.phrases)
+        self._runners: dict[float, Any] = {}
+        self._queue = GenerationQueue(self._batch, max_batch=max_batch)
+
+    def close(self) -> None:
+        self._queue.close()
+
+    def answer(self, question: str, temperature: float) -> AgentReply:
+        return self._wait(self._queue.submit("answer", (question, temperature)), "the agent's answer")
+
+    def rewrite(self, prompt: str) -> str:
+        return self._wait(self._queue.submit("rewrite", prompt), "the rewrite")
+
+    def _wait(self, fut: Future, what: str) -> Any:
+        try:
+            return fut.result(timeout=self.timeout_s)
+        except TimeoutError as exc:  # concurrent.futures.TimeoutError is TimeoutError since 3.11
+            raise TimeoutError(f"{what} took longer than {self.timeout_s:.0f}s") from exc
+
+    # -- runs on the generation thread ---------------------------------------------------------
+    def _runner(self, temperature: float) -> Any:
+        if temperature not in self._runners:
+            from awarl.agent.setup import build_runner
+
+            self._runners[temperature] = build_runner(self.backend, self.retriever, self.rollout, temperature=temperature)
+        return self._runners[temperature]
+
+    def _batch(self, kind: str, payloads: list[Any]) -> list[Any]:
+        if kind == "rewrite":
+            from awarl.verify.translate import BackendGenerator
+
+            gen = BackendGenerator(self.rewrite_backend, max_new_tokens=512)
+            return [gen.generate([p], n=1, temperature=0.0)[0][0] for p in payloads]
+        from awarl.agent.runner import Rollout
+        from awarl.data.records import QARecord
+
+        out: list[Any] = [None] * len(payloads)
+        by_temp: dict[float, list[int]] = {}
+        for i, (_, temp) in enumerate(payloads):
+            by_temp.setdefault(temp, []).append(i)
+        for temp, idx in by_temp.items():
+            rollouts = [Rollout(QARecord(id=f"chat-{i}", question=payloads[i][0], answers=[""], dataset="chat")) for i in idx]
+            trajs = self._runner(temp).run(rollouts)
+            for i, t in zip(idx, trajs):
+                answer = t.answer if t.answer is not None else (t.final_text.strip() or None)
+                out[i] = AgentReply(text=t.final_text, answer=answer, abstained=is_abstention(t.answer, self.phrases),
+                                    citations=list(t.citations), queries=list(t.queries),
+                                    retrieved_ids=list(t.retrieved_ids), stop_reason=t.stop_reason, seconds=t.seconds)
+        return out

@@ -1,0 +1,258 @@
+"""The verify-and-rewrite loop as an explicit state machine.
+
+::
+
+    GENERATE_INITIAL ─► VALIDATE ─► CHECK_QUESTIONS ─► HANDLE_RESULT ─► COMPLETED
+                           ▲              │                  │
+                           │              ▼                  ▼
+                           │       AWAITING_INPUT      REWRITING_LOOP ─► COMPLETED (IMPOSSIBLE, ABSTAINED)
+                           └──────────────┴──────────────────┘
+    any state ─► ERROR (generator or checker down after retries, or a bug), audited
+
+- GENERATE_INITIAL: the agent answers (or a given answer is taken, validate-only); an abstention
+  completes the thread as ABSTAINED with its search trace — never rewritten into a guess.
+- VALIDATE: automated-reasoning check + citation gates (`awarl.chat.validate`).
+- CHECK_QUESTIONS: clarifying questions pending → AWAITING_INPUT (the thread pauses; answers,
+  a skip or the timeout resume it at VALIDATE, the user's answers now among the premises).
+- HANDLE_RESULT: `aggregate` of the findings. VALID → served. NO_TRANSLATIONS (nothing, or not
+  everything, translated) → served with a "not fully validated" / "partly validated" warning.
+  Anything else → a rewrite, unless ``max_iterations`` rewrites were already made.
+- REWRITING_LOOP: the top finding picks the template (citation problems have their own). A
+  generator that follows the DECISION protocol rewrites, asks (≤ 5 questions) or declares the
+  question impossible; one that only answers (the tiny world agent) is re-asked with the finding
+  as feedback and sampled at the configured temperature (verify-and-resample).
+
+``thread.rewrites`` counts REWRITING_LOOP entries, so ``max_iterations = 3`` means exactly three
+rewrites (the sample chatbot's off-by-one gave one fewer).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from awarl.chat.generate import AgentReply, ChatGenerator, GeneratorDown, with_retries
+from awarl.chat.parser import parse_decision
+from awarl.chat.prompts import Prompts
+from awarl.chat.thread import Badge, Exit, Iteration, State, Status, Thread
+from awarl.chat.validate import Validator
+from awarl.verify.findings import Finding, Result, aggregate, partly_valid, sort_findings
+
+log = logging.getLogger(__name__)
+
+_TAGS_RE = re.compile(r"</?answer>", re.I)
+ASKABLE = (Result.SATISFIABLE, Result.TRANSLATION_AMBIGUOUS)
+
+
+class CheckerDown(GeneratorDown):
+    """Validation failed after every retry (e.g. the LLM translator's endpoint is down)."""
+
+
+@dataclass
+class LoopSettings:
+    max_questions: int = 5
+    """Clarifying questions kept from one ASK_QUESTIONS decision."""
+    max_question_rounds: int = 1
+    """How many times one thread may pause for questions."""
+    temperature: float = 1.0
+    """Sampling temperature when an answer-only agent is re-asked (verify-and-resample)."""
+    first_temperature: float = 0.0
+    """The first answer is greedy, as in evaluation."""
+    retries: int = 3
+    """Attempts per generation or validation call."""
+    backoff_s: float = 0.5
+    """First retry delay; doubles each retry."""
+
+
+def display_text(answer: str) -> str:
+    """What the user sees: the answer without ``<answer>`` tags (citations kept).
+
+    >>> display_text("<answer>Ruvia</answer> [d1]")
+    'Ruvia [d1]'
+    """
+    return " ".join(_TAGS_RE.sub(" ", answer or "").split())
+
+
+class Loop:
+    """Runs one thread until it completes, fails, or waits for the user."""
+
+    def __init__(self, validator: Validator, generator: ChatGenerator | None, prompts: Prompts,
+                 settings: LoopSettings | None = None, review_sink: Callable[[str], Any] | None = None):
+        self.validator, self.generator, self.prompts = validator, generator, prompts
+        self.settings = settings or LoopSettings()
+        self.review_sink = review_sink or (lambda thread_id: None)
+        self._handlers = {
+            State.GENERATE_INITIAL: self._generate_initial,
+            State.VALIDATE: self._validate,
+            State.CHECK_QUESTIONS: self._check_questions,
+            State.HANDLE_RESULT: self._handle_result,
+            State.REWRITING_LOOP: self._rewrite,
+        }
+
+    def run(self, t: Thread, save: Callable[[Thread], None] = lambda t: None) -> Thread:
+        """Step through states, saving after each, until COMPLETED, ERROR or AWAITING_INPUT."""
+        while t.state in self._handlers:
+            before = t.state
+            try:
+                self._handlers[t.state](t)
+            except GeneratorDown as exc:
+                self._fail(t, str(exc))
+            except Exception as exc:  # a bug or bad input must end the thread visibly, not leave it PROCESSING
+                log.exception("thread %s failed in %s", t.id, before.value)
+                self._fail(t, f"{type(exc).__name__} in {before.value}: {exc}")
+            save(t)
+        return t
+
+    # -- states ----------------------------------------------------------------------------------
+    def _generate_initial(self, t: Thread) -> None:
+        if t.given_answer is not None:
+            t.iterations.append(Iteration(index=0, type="given", prompt=t.prompt, answer=t.given_answer))
+            self._set_answer(t, t.given_answer, [])
+            t.state = State.VALIDATE
+            return
+        question = self.prompts.agent_question(t.prompt, t.clarifications, self.validator.corrections.block(t.prompt))
+        reply = self._ask(question, self.settings.first_temperature)
+        t.iterations.append(Iteration(index=0, type="initial", prompt=question, answer=reply.text, raw=reply.text,
+                                      search=reply.search(), generate_s=reply.seconds))
+        self._after_reply(t, reply)
+
+    def _validate(self, t: Thread) -> None:
+        it = t.last
+        assert it is not None
+        sink = self.review_sink(t.id)
+        v = with_retries(lambda: self.validator.validate(t.prompt, t.clarifications, t.answer, t.cited, sink),
+                         attempts=self.settings.retries, base_delay=self.settings.backoff_s,
+                         what=f"validation of thread {t.id}", retry_on=(OSError, RuntimeError), error=CheckerDown)
+        it.findings = [f.to_dict() for f in v.findings]
+        result = aggregate(v.findings)
+        it.result = result.value if result else None
+        it.partly_valid = partly_valid(v.findings)
+        it.premises_text, it.validate_s, it.solver_s = v.premises, v.seconds, v.solver_seconds
+        t.note("validated", result=it.result)
+        t.state = State.CHECK_QUESTIONS
+
+    def _check_questions(self, t: Thread) -> None:
+        if t.pending_questions:
+            t.state, t.status, t.awaiting_since = State.AWAITING_INPUT, Status.AWAITING_INPUT, time.time()
+            t.note("awaiting input", questions=len(t.pending_questions))
+        else:
+            t.state = State.HANDLE_RESULT
+
+    def _handle_result(self, t: Thread) -> None:
+        it = t.last
+        assert it is not None
+        findings = [Finding.from_dict(d) for d in it.findings]
+        result = aggregate(findings)
+        if result is None:
+            self._complete(t, Exit.NO_TRANSLATIONS, Badge.NOT_VALIDATED,
+                           "Not validated: the checker returned no findings for this answer.")
+        elif result is Result.VALID:
+            self._complete(t, Exit.VALID_RESPONSE, Badge.VALID)
+        elif result is Result.NO_TRANSLATIONS:
+            if partly_valid(findings):
+                self._complete(t, Exit.NO_TRANSLATIONS, Badge.PARTLY_VALIDATED,
+                               "Partly validated: some statements were proved, others could not be checked against the policy.")
+            else:
+                self._complete(t, Exit.NO_TRANSLATIONS, Badge.NOT_VALIDATED,
+                               "Not fully validated: nothing in this answer maps to the policy's rules.")
+        elif self.generator is None or t.generator is None:
+            self._complete(t, Exit.CHECKED_ONLY, Badge(result.value),
+                           None if result is Result.VALID else f"The answer was checked: {result.value}. "
+                           "Validate-only mode has no agent to rewrite it.")
+        elif t.rewrites >= t.max_iterations:
+            self._complete(t, Exit.MAX_ITERATIONS_REACHED, Badge.INVALID,
+                           f"Not validated: still {result.value} after {t.rewrites} rewrite(s).")
+        else:
+            t.state = State.REWRITING_LOOP
+
+    def _rewrite(self, t: Thread) -> None:
+        assert self.generator is not None
+        prev = t.last
+        assert prev is not None
+        findings = [Finding.from_dict(d) for d in prev.findings]
+        result = aggregate(findings)
+        top = next(f for f in sort_findings(findings) if f.result is result)
+        t.rewrites += 1
+        policy = self.validator.policy
+        corrections = self.validator.corrections.block(f"{t.prompt}\n{t.answer}")
+        index = len(t.iterations)
+        if not self.generator.decisions:
+            feedback = self.prompts.resample_feedback(top, policy)
+            question = self.prompts.agent_question(t.prompt, t.clarifications, corrections, feedback)
+            reply = self._ask(question, self.settings.temperature)
+            t.iterations.append(Iteration(index=index, type="resample", prompt=question, answer=reply.text, raw=reply.text,
+                                          template="resample_feedback", search=reply.search(), generate_s=reply.seconds))
+            self._after_reply(t, reply)
+            return
+        may_ask = result in ASKABLE and t.question_rounds < self.settings.max_question_rounds
+        name, prompt = self.prompts.rewrite(question=t.prompt, answer=display_text(t.answer), findings=findings, top=top,
+                                            policy=policy, clarifications=t.clarifications, evidence=t.cited,
+                                            corrections=corrections, may_ask=may_ask)
+        started = time.perf_counter()
+        gen = self.generator
+        raw = with_retries(lambda: gen.rewrite(prompt), attempts=self.settings.retries,
+                           base_delay=self.settings.backoff_s, what=f"rewrite of thread {t.id} ({gen.name})")
+        decision = parse_decision(raw, self.settings.max_questions)
+        it = Iteration(index=index, type="rewrite", prompt=prompt, answer=t.answer, raw=raw, template=name,
+                       decision=decision.to_dict(), generate_s=time.perf_counter() - started)
+        t.iterations.append(it)
+        if not decision.parsed:
+            t.note("unparseable decision; the whole reply is the rewrite", reason=decision.note)
+        if decision.kind == "IMPOSSIBLE":
+            self._complete(t, Exit.IMPOSSIBLE, Badge.IMPOSSIBLE, "The assistant found the question contradictory.",
+                           final=decision.text or display_text(t.answer))
+        elif decision.kind == "ASK_QUESTIONS" and may_ask:
+            t.pending_questions = list(decision.questions)
+            t.question_rounds += 1
+            it.findings, it.result = prev.findings, prev.result  # nothing new was checked
+            t.state = State.CHECK_QUESTIONS
+        elif decision.kind == "ASK_QUESTIONS":
+            t.note("questions are not allowed now; the earlier answer is checked again")
+            t.state = State.VALIDATE
+        else:
+            it.answer = decision.text
+            self._set_answer(t, decision.text, _citations(decision.text))
+            t.state = State.VALIDATE
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _ask(self, question: str, temperature: float) -> AgentReply:
+        if self.generator is None:
+            raise GeneratorDown("no generator is configured (validate-only mode)")
+        gen = self.generator
+        return with_retries(lambda: gen.answer(question, temperature), attempts=self.settings.retries,
+                            base_delay=self.settings.backoff_s, what=f"generation ({gen.name})")
+
+    def _after_reply(self, t: Thread, reply: AgentReply) -> None:
+        self._set_answer(t, reply.text, reply.citations)
+        if reply.abstained:
+            self._complete(t, Exit.ABSTAINED, Badge.ABSTAINED,
+                           "The agent found no evidence that settles the question, so it did not answer.")
+        else:
+            t.state = State.VALIDATE
+
+    def _set_answer(self, t: Thread, answer: str, citations: list[str]) -> None:
+        t.answer = answer
+        corpus: Mapping[str, Any] = self.validator.corpus or {}
+        t.cited = [{"id": c, "title": corpus[c].title, "text": corpus[c].text} for c in citations if c in corpus]
+
+    def _complete(self, t: Thread, exit: Exit, badge: Badge, warning: str | None = None, final: str | None = None) -> None:
+        t.exit, t.badge, t.warning = exit, badge, warning
+        t.final_response = final if final is not None else display_text(t.answer)
+        t.state, t.status = State.COMPLETED, Status.COMPLETED
+        t.pending_questions = []
+        t.note("completed", exit=exit.value, badge=badge.value)
+
+    def _fail(self, t: Thread, message: str) -> None:
+        t.exit, t.badge, t.error = Exit.ERROR, Badge.ERROR, message
+        t.state, t.status = State.ERROR, Status.ERROR
+        t.note("error", message=message)
+
+
+def _citations(text: str) -> list[str]:
+    from awarl.protocol import extract_citations
+
+    return extract_citations(text)

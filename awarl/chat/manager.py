@@ -1,0 +1,493 @@
+"""ThreadManager: threads persisted in SQLite, processed by a worker pool, audited on every exit.
+
+- Per-thread locks: a worker running a thread and a user answering its questions never
+  interleave; different threads run in parallel.
+- Workers: each owns its validators, hence its own policy copy and ``z3.Context`` (Z3 objects
+  are not thread-safe). Generation goes through the generator's own queue (`AgentGenerator`).
+- Persistence: a thread is saved after every state transition. On start, threads a crash left
+  PROCESSING are resumed from their saved state or ended in ERROR (``recovery``), audited.
+- Clarifying questions wait ``question_timeout_s`` at most; then a sweeper skips them.
+- Review queue: BORDERLINE citations (optionally cross-checked by a second judge first) and
+  answers that end INVALID after max iterations; a reviewer's correction joins the
+  corrections list and is in every prompt from the next one on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from awarl.chat.audit import AuditLog
+from awarl.chat.config import ChatSettings
+from awarl.chat.generate import AgentGenerator, ChatGenerator, GeneratorDown, rollout_of
+from awarl.chat.loop import Loop, LoopSettings
+from awarl.chat.prompts import Prompts
+from awarl.chat.store import Store, StoreError
+from awarl.chat.thread import TERMINAL, Clarification, Exit, Iteration, State, Status, Thread
+from awarl.chat.validate import Corrections, Validator
+
+log = logging.getLogger(__name__)
+
+UNSET: Any = object()
+MAX_PROMPT_CHARS = 8000
+
+
+class ChatError(Exception):
+    """An API-level error: HTTP status, a stable code, a message and details."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.details = status, code, message, details
+
+
+class LazyGenerator:
+    """A generator loaded on first use, so a server starts even when its model endpoint is down;
+    a load failure is a retryable error of the call that needed it (and ends that thread in ERROR)."""
+
+    def __init__(self, spec: str, load: Any, decisions: bool):
+        self.name, self._load, self.decisions = spec, load, decisions
+        self._gen: ChatGenerator | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> ChatGenerator:
+        with self._lock:
+            if self._gen is None:
+                self._gen = self._load(self.name)
+            return self._gen
+
+    def answer(self, question: str, temperature: float) -> Any:
+        return self._get().answer(question, temperature)
+
+    def rewrite(self, prompt: str) -> str:
+        return self._get().rewrite(prompt)
+
+    def close(self) -> None:
+        if self._gen is not None and hasattr(self._gen, "close"):
+            self._gen.close()
+
+
+class ReviewSink:
+    """What the citation gate writes BORDERLINE and unjudgeable citations to: the SQLite review queue,
+    after an optional second judge (a YES from it keeps the case out of the queue)."""
+
+    def __init__(self, store: Store, thread_id: str, corpus: Mapping[str, Any] | None, second_judge: Any = None):
+        self.store, self.thread_id, self.corpus, self.second_judge = store, thread_id, corpus or {}, second_judge
+
+    def add(self, entry: Mapping[str, Any]) -> None:
+        entry = dict(entry)
+        if self.second_judge is not None and entry.get("reason") == "borderline":
+            passages = [self.corpus[i] for i in entry.get("passage_ids", []) if i in self.corpus]
+            try:
+                verdict = self.second_judge.judge(entry.get("sentence", ""), passages, entry.get("question", ""))
+                entry["second_judge"] = verdict.value
+                if verdict.value == "YES":
+                    log.info("thread %s: second judge cleared a borderline citation", self.thread_id)
+                    return
+            except Exception as exc:  # a judge that could not judge leaves the case to a person
+                entry["second_judge"] = f"failed: {exc}"
+        self.store.add_review(entry.get("reason", "borderline"), entry, self.thread_id)
+
+
+class ThreadManager:
+    def __init__(self, settings: ChatSettings, *, generators: Mapping[str, ChatGenerator] | None = None):
+        from awarl.verify.citations import load_corrections
+
+        self.settings = settings
+        self.store = Store(settings.db)
+        secret = os.environ.get(settings.audit_secret_env) if settings.audit_secret_env else None
+        self.audit = AuditLog(settings.audit, self.store, secret.encode("utf-8") if secret else None)
+        self.prompts = Prompts(settings.prompts_dir, max_questions=settings.max_questions)
+        self.loop_settings = LoopSettings(max_questions=settings.max_questions,
+                                          max_question_rounds=settings.max_question_rounds,
+                                          temperature=settings.temperature, retries=settings.retries,
+                                          backoff_s=settings.backoff_s)
+        self.corrections = Corrections(load_corrections(settings.corrections) if settings.corrections else [],
+                                       self.store.corrections)
+        self.corpus = self._load_corpus()
+        self._generators: dict[str, ChatGenerator] = dict(generators or {})
+        self._gen_lock = threading.Lock()
+        self._retriever: Any = None
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._versions: dict[str, str] = {}
+        runtime = self.store.setting("config") or {}
+        self.runtime = {
+            "generator": runtime.get("generator", settings.generator),
+            "policy": runtime.get("policy", settings.policy_name) if runtime.get("policy") in settings.policies else settings.policy_name,
+            "max_iterations": runtime.get("max_iterations", settings.max_iterations),
+        }
+        self._second_judge = self._make_second_judge()
+        log.info("chat: %s", settings.mode_note or f"generator {self.runtime['generator']}, policy {self.runtime['policy']}")
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def start(self) -> "ThreadManager":
+        self._recover()
+        for n in range(self.settings.workers):
+            th = threading.Thread(target=self._worker, name=f"chat-worker-{n}", daemon=True)
+            th.start()
+            self._threads.append(th)
+        sweeper = threading.Thread(target=self._sweeper, name="chat-sweeper", daemon=True)
+        sweeper.start()
+        self._threads.append(sweeper)
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        for _ in range(self.settings.workers):
+            self._queue.put(None)
+        for th in self._threads:
+            th.join(timeout=10)
+        for gen in self._generators.values():
+            if hasattr(gen, "close"):
+                gen.close()
+        self.store.close()
+
+    # -- API operations ----------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return "agent" if self.runtime["generator"] else "validate-only"
+
+    def submit(self, prompt: str, answer: str | None = None) -> Thread:
+        if not prompt or not prompt.strip():
+            raise ChatError(422, "empty_prompt", "prompt is empty")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise ChatError(422, "prompt_too_long", f"prompt has {len(prompt)} characters; at most {MAX_PROMPT_CHARS}")
+        if answer is not None and not answer.strip():
+            raise ChatError(422, "empty_answer", "answer is empty; leave it out to let the agent answer")
+        generator = self.runtime["generator"]
+        if answer is None and not generator:
+            raise ChatError(503, "no_generator", "Validate-only mode: no agent is loaded, so questions cannot be answered. "
+                            "Send the answer to check with the prompt ({\"prompt\": ..., \"answer\": ...}), or build the "
+                            "world agent with `awarl demo --out runs/demo` and restart `awarl chat serve` "
+                            "(or serve any checkpoint with --config configs/chat/<name>.yaml).",
+                            {"mode": "validate-only", "note": self.settings.mode_note})
+        policy = self.runtime["policy"]
+        t = Thread.new(prompt.strip(), given_answer=answer, generator=generator, policy=policy,
+                       policy_version=self._policy_version(policy), max_iterations=int(self.runtime["max_iterations"]))
+        t.note("submitted", mode=self.mode)
+        self.store.save_thread(t)
+        self._queue.put(t.id)
+        return t
+
+    def get(self, thread_id: str) -> dict[str, Any]:
+        d = self.store.thread_json(thread_id)
+        if d is None:
+            raise ChatError(404, "thread_not_found", f"no thread {thread_id!r}")
+        return d
+
+    def answer(self, thread_id: str, answers: list[str | None], skipped: bool, reason: str | None = None) -> Thread:
+        with self._lock_for(thread_id):
+            t = self.store.load_thread(thread_id)
+            if t is None:
+                raise ChatError(404, "thread_not_found", f"no thread {thread_id!r}")
+            if t.status is not Status.AWAITING_INPUT:
+                raise ChatError(409, "not_awaiting_input", f"thread {thread_id} is {t.status.value}, not waiting for answers",
+                                {"status": t.status.value})
+            if not skipped and len(answers) > len(t.pending_questions):
+                raise ChatError(422, "too_many_answers",
+                                f"{len(answers)} answers for {len(t.pending_questions)} question(s)",
+                                {"questions": t.pending_questions})
+            if not skipped and not any(a and a.strip() for a in answers):
+                raise ChatError(422, "no_answers", "no answer given; send skipped: true to skip the questions")
+            why = reason or ("skipped" if skipped else "answered")
+            for i, q in enumerate(t.pending_questions):
+                a = None if skipped or i >= len(answers) else answers[i]
+                if a and a.strip():
+                    t.clarifications.append(Clarification(q, a.strip(), False, "answered"))
+                else:
+                    t.clarifications.append(Clarification(q, None, True, why if skipped else "skipped"))
+            t.pending_questions, t.awaiting_since = [], None
+            prev = t.last
+            t.iterations.append(Iteration(index=len(t.iterations), type="revalidate", prompt="", answer=t.answer,
+                                          raw="", search=prev.search if prev else None))
+            t.state, t.status = State.VALIDATE, Status.PROCESSING
+            t.note("questions " + why)
+            self.store.save_thread(t)
+        self._queue.put(thread_id)
+        return t
+
+    def wait(self, thread_id: str, timeout: float = 30.0, interval: float = 0.02) -> dict[str, Any]:
+        """Poll until the thread leaves PROCESSING (tests, benchmarks, scripts)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            d = self.get(thread_id)
+            if d["status"] != Status.PROCESSING.value or time.monotonic() > deadline:
+                return d
+            time.sleep(interval)
+
+    # -- config ------------------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        return {**self.runtime, "mode": self.mode, "mode_note": self.settings.mode_note,
+                "policies": sorted(self.settings.policies), "decisions": self.settings.uses_decisions(self.runtime["generator"]),
+                "question_timeout_s": self.settings.question_timeout_s, "corpus": self.settings.corpus}
+
+    def set_config(self, generator: Any = UNSET, policy: str | None = None, max_iterations: int | None = None) -> dict[str, Any]:
+        from awarl.llm.base import BackendError
+        from awarl.llm.spec import parse_spec
+
+        if policy is not None and policy not in self.settings.policies:
+            raise ChatError(404, "policy_not_found", f"no policy named {policy!r}", {"policies": sorted(self.settings.policies)})
+        if max_iterations is not None and not 0 <= max_iterations <= 20:
+            raise ChatError(422, "bad_max_iterations", f"max_iterations must be in [0, 20], got {max_iterations}")
+        if generator is not UNSET and generator is not None:
+            if generator not in self._generators:
+                try:
+                    parse_spec(generator)
+                except BackendError as exc:
+                    raise ChatError(400, "bad_generator", str(exc)) from None
+        if policy is not None:
+            self._policy_version(policy)
+            self.runtime["policy"] = policy
+        if max_iterations is not None:
+            self.runtime["max_iterations"] = max_iterations
+        if generator is not UNSET:
+            self.runtime["generator"] = generator or None
+        self.store.set_setting("config", self.runtime)
+        return self.config()
+
+    def policies(self) -> list[dict[str, Any]]:
+        from awarl.verify.policy_tests import default_tests_path
+
+        out = []
+        for name, path in sorted(self.settings.policies.items()):
+            pol = self._policy(name)
+            out.append({"name": name, "path": path, "version": pol.version, "variables": len(pol.variables),
+                        "rules": [{"id": r.id, "description": r.description} for r in pol.rules],
+                        "has_tests": default_tests_path(path).exists(), "active": name == self.runtime["policy"]})
+        return out
+
+    def policy_tests(self, name: str, run: bool = False) -> dict[str, Any]:
+        from awarl.verify.policy_tests import default_tests_path, load_policy_tests, run_policy_tests
+        from awarl.verify.translate import PatternTranslator
+
+        if name not in self.settings.policies:
+            raise ChatError(404, "policy_not_found", f"no policy named {name!r}", {"policies": sorted(self.settings.policies)})
+        path = default_tests_path(self.settings.policies[name])
+        if not path.exists():
+            raise ChatError(404, "no_policy_tests", f"policy {name!r} has no tests file ({path.name})")
+        tests = load_policy_tests(path)
+        rows = [{"name": t.name, "question": t.question, "answer": t.answer, "expected": t.expected.value} for t in tests]
+        if run:
+            from awarl.verify.policy import load_policy
+
+            outcomes = run_policy_tests(load_policy(self.settings.policies[name]), tests, lambda _t: PatternTranslator())
+            for row, o in zip(rows, outcomes):
+                row.update(actual=o.actual.value if o.actual else None, passed=o.passed)
+        return {"policy": name, "tests": rows}
+
+    # -- reviews -----------------------------------------------------------------------------------
+    def reviews(self, status: str | None = None) -> list[dict[str, Any]]:
+        if status not in (None, "pending", "decided"):
+            raise ChatError(422, "bad_status", f"status must be pending or decided, got {status!r}")
+        return [r.to_dict() for r in self.store.reviews(status)]
+
+    def decide(self, review_id: int, verdict: str, correction: str | None) -> dict[str, Any]:
+        if verdict not in ("approve", "reject"):
+            raise ChatError(422, "bad_verdict", f"verdict must be approve or reject, got {verdict!r}")
+        review = self.store.review(review_id)
+        if review is None:
+            raise ChatError(404, "review_not_found", f"no review {review_id}")
+        correction = correction.strip() if correction and correction.strip() else None
+        sentence = review.data.get("sentence") or ""
+        # A rejected sentence with a correction becomes a known error: repeating it is flagged.
+        error = re.escape(sentence) if verdict == "reject" and correction and len(sentence) >= 8 else None
+        try:
+            return self.store.decide_review(review_id, verdict, correction, error).to_dict()
+        except StoreError as exc:
+            raise ChatError(409, "review_decided", str(exc)) from None
+
+    # -- workers -----------------------------------------------------------------------------------
+    def _lock_for(self, thread_id: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(thread_id, threading.Lock())
+
+    def _worker(self) -> None:
+        validators: dict[str, Validator] = {}  # this worker's own policies and Z3 contexts
+        while True:
+            tid = self._queue.get()
+            if tid is None:
+                return
+            try:
+                self._process(tid, validators)
+            except Exception:  # never let one thread kill the worker
+                log.exception("worker failed on thread %s", tid)
+
+    def _process(self, tid: str, validators: dict[str, Validator]) -> None:
+        with self._lock_for(tid):
+            t = self.store.load_thread(tid)
+            if t is None or t.status is not Status.PROCESSING:
+                return
+            try:
+                if t.policy not in validators:
+                    validators[t.policy] = self._validator(t.policy)
+                generator = self._generator(t.generator) if t.generator else None
+            except Exception as exc:
+                t.state, t.status, t.exit, t.error = State.ERROR, Status.ERROR, Exit.ERROR, f"setup failed: {exc}"
+                self.store.save_thread(t)
+                self._finish(t)
+                return
+            loop = Loop(validators[t.policy], generator, self.prompts, self.loop_settings,
+                        review_sink=lambda thread_id: ReviewSink(self.store, thread_id, self.corpus, self._second_judge))
+            t = loop.run(t, self.store.save_thread)
+            if t.state in TERMINAL:
+                self._finish(t)
+
+    def _finish(self, t: Thread) -> None:
+        self.audit.append(audit_record(t))
+        if t.exit is Exit.MAX_ITERATIONS_REACHED:
+            last = t.last
+            self.store.add_review("max_iterations", {
+                "question": t.prompt, "answer": t.final_response, "result": last.result if last else None,
+                "rewrites": t.rewrites, "sentence": t.final_response or ""}, t.id)
+
+    def _sweeper(self) -> None:
+        """Skip clarifying questions nobody answered within ``question_timeout_s``."""
+        period = max(0.05, min(1.0, self.settings.question_timeout_s / 4))
+        while not self._stop.wait(period):
+            try:
+                for tid in self.store.thread_ids(Status.AWAITING_INPUT):
+                    t = self.store.load_thread(tid)
+                    if t and t.awaiting_since and time.time() - t.awaiting_since >= self.settings.question_timeout_s:
+                        try:
+                            self.answer(tid, [], skipped=True, reason="timeout")
+                        except ChatError:
+                            pass  # answered meanwhile
+            except Exception:
+                log.exception("question-timeout sweeper")
+
+    def _recover(self) -> None:
+        for tid in self.store.thread_ids(Status.PROCESSING):
+            t = self.store.load_thread(tid)
+            if t is None:
+                continue
+            if self.settings.recovery == "resume":
+                t.note("resumed after a restart")
+                self.store.save_thread(t)
+                self.audit.append({"event": "RESUMED", "thread_id": t.id, "state": t.state.value, "prompt": t.prompt})
+                self._queue.put(tid)
+            else:
+                t.error = f"interrupted by a restart in {t.state.value} (recovery: error)"
+                t.state, t.status, t.exit = State.ERROR, Status.ERROR, Exit.ERROR
+                t.note("ended in ERROR after a restart")
+                self.store.save_thread(t)
+                self.audit.append(audit_record(t))
+            log.warning("thread %s was left PROCESSING by a restart: %s", tid,
+                        "resumed" if self.settings.recovery == "resume" else "ended in ERROR")
+
+    # -- building blocks ---------------------------------------------------------------------------
+    def _load_corpus(self) -> dict[str, Any] | None:
+        if not self.settings.corpus:
+            return None
+        from awarl.data.records import load_corpus
+
+        return {p.id: p for p in load_corpus(self.settings.corpus)}
+
+    def _policy(self, name: str) -> Any:
+        from awarl.verify.policy import load_policy
+
+        return load_policy(self.settings.policies[name])
+
+    def _policy_version(self, name: str) -> str:
+        if name not in self._versions:
+            self._versions[name] = self._policy(name).version
+        return self._versions[name]
+
+    def _validator(self, policy: str) -> Validator:
+        s = self.settings
+        translator, judge = None, "lexical"
+        if s.translator == "llm":
+            from awarl.verify.openai_client import OpenAIChatBackend
+            from awarl.verify.translate import LLMTranslator
+
+            if not s.llm_url or not s.llm_model:
+                raise ValueError("translator: llm needs llm_url and llm_model")
+            translator = LLMTranslator(OpenAIChatBackend(s.llm_url, s.llm_model), samples=s.llm_samples)
+        if s.judge == "none":
+            judge = None
+        elif s.judge == "llm":
+            from awarl.verify.citations import LLMSupportJudge
+            from awarl.verify.openai_client import OpenAIChatBackend
+
+            judge = LLMSupportJudge(OpenAIChatBackend(s.llm_url, s.llm_model))
+        return Validator(s.policies[policy], translator=translator, corpus=self.corpus, corrections=self.corrections,
+                         judge=judge, timeout_ms=s.check_timeout_ms)
+
+    def _make_second_judge(self) -> Any:
+        spec = self.settings.second_judge
+        if not spec:
+            return None
+        from awarl.llm.spec import parse_spec
+        from awarl.verify.citations import LLMSupportJudge
+        from awarl.verify.openai_client import OpenAIChatBackend
+
+        parsed = parse_spec(spec)
+        if parsed.kind != "openai" or not parsed.model:
+            raise ValueError(f"second_judge must be openai:URL#MODEL, got {spec!r}")
+        return LLMSupportJudge(OpenAIChatBackend(parsed.target, parsed.model))
+
+    def _generator(self, spec: str) -> ChatGenerator:
+        with self._gen_lock:
+            if spec not in self._generators:
+                self._generators[spec] = LazyGenerator(spec, self._load_generator, self.settings.uses_decisions(spec))
+            return self._generators[spec]
+
+    def _load_generator(self, spec: str) -> ChatGenerator:
+        from awarl.llm.spec import load_backend, parse_spec
+
+        s = self.settings
+        try:
+            backend = load_backend(spec, timeout=min(120.0, s.generation_timeout_s), max_retries=1)
+            rewrite = load_backend(s.rewrite_generator, timeout=min(120.0, s.generation_timeout_s), max_retries=1) \
+                if s.rewrite_generator else None
+        except Exception as exc:
+            raise GeneratorDown(f"could not load generator {spec!r}: {exc}") from exc
+        parsed = parse_spec(spec)
+        checkpoint = parsed.target if parsed.kind in ("hf", "vllm") else None
+        return AgentGenerator(backend, self._retriever_once(), rollout_of(checkpoint, s.rollout), rewrite_backend=rewrite,
+                              decisions=s.uses_decisions(spec), name=spec, timeout_s=s.generation_timeout_s)
+
+    def _retriever_once(self) -> Any:
+        if self._retriever is None:
+            if self.settings.index:
+                from awarl.search.client import open_retriever
+
+                self._retriever = open_retriever(self.settings.index)
+            elif self.corpus:
+                from awarl.search.bm25 import BM25Index
+
+                self._retriever = BM25Index.build(list(self.corpus.values()))
+            else:
+                raise GeneratorDown("the agent needs a corpus (or index) to search; set corpus: in the chat config")
+        return self._retriever
+
+
+def audit_record(t: Thread) -> dict[str, Any]:
+    """The audit line of a thread's exit: who asked what, what was served, and every check on the way."""
+    return {
+        "event": "EXIT",
+        "exit": t.exit.value if t.exit else Exit.ERROR.value,
+        "thread_id": t.id,
+        "prompt": t.prompt,
+        "final_response": t.final_response,
+        "badge": t.badge.value if t.badge else None,
+        "warning": t.warning,
+        "error": t.error,
+        "model": t.generator or "validate-only",
+        "policy": {"name": t.policy, "version": t.policy_version},
+        "rewrites": t.rewrites,
+        "max_iterations": t.max_iterations,
+        "findings": t.last.findings if t.last else [],
+        "iterations": [{"index": i.index, "type": i.type, "template": i.template, "answer": i.answer, "result": i.result,
+                        "decision": (i.decision or {}).get("kind"), "findings": i.findings} for i in t.iterations],
+        "clarifications": [{"question": c.question, "answer": c.answer, "skipped": c.skipped, "reason": c.reason}
+                           for c in t.clarifications],
+    }

@@ -1,0 +1,208 @@
+"""Prompts of the loop, rendered from the templates in ``awarl/chat/prompts/``.
+
+One rewrite template per finding type (``rewrite_invalid.txt``, ``rewrite_satisfiable.txt`` …)
+and one for citation problems (``rewrite_citation.txt``). Every template receives the same
+blocks: the policy's rules in natural language (never ids alone), the clarifications so far, the
+variables on which the scenarios differ (with their descriptions), the untranslated spans of the
+answer, the cited evidence and the corrections list — the context the sample chatbot withheld.
+A different folder can be configured (``prompts_dir``) to adapt the wording without code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from awarl.chat.thread import Clarification
+from awarl.verify.findings import Finding, Result, Scenario
+from awarl.verify.policy import Policy
+
+TEMPLATE_OF = {
+    Result.INVALID: "rewrite_invalid",
+    Result.IMPOSSIBLE: "rewrite_impossible",
+    Result.SATISFIABLE: "rewrite_satisfiable",
+    Result.TRANSLATION_AMBIGUOUS: "rewrite_translation_ambiguous",
+    Result.TOO_COMPLEX: "rewrite_too_complex",
+}
+CITATION_TEMPLATE = "rewrite_citation"
+NAMES = (*TEMPLATE_OF.values(), CITATION_TEMPLATE, "agent_question", "resample_feedback")
+
+
+class Prompts:
+    """The template folder, read once; `render` fills one template."""
+
+    def __init__(self, folder: str | Path | None = None, *, max_rules: int = 60, max_questions: int = 5):
+        self.folder = str(folder) if folder else "awarl.chat/prompts"
+        self.max_rules, self.max_questions = max_rules, max_questions
+        self.templates: dict[str, str] = {}
+        for name in NAMES:
+            if folder is not None:
+                path = Path(folder) / f"{name}.txt"
+                if not path.exists():
+                    raise FileNotFoundError(f"{path}: prompt template missing (the folder needs {', '.join(NAMES)})")
+                text = path.read_text(encoding="utf-8")
+            else:
+                text = resources.files("awarl.chat").joinpath("prompts").joinpath(f"{name}.txt").read_text(encoding="utf-8")
+            self.templates[name] = text
+
+    def render(self, name: str, **values: Any) -> str:
+        try:
+            return self.templates[name].format(**values).strip() + "\n"
+        except KeyError as exc:
+            raise ValueError(f"prompt template {self.folder}/{name}.txt uses an unknown field {exc}") from None
+
+    # -- the agent's question ------------------------------------------------------------------
+    def agent_question(self, question: str, clarifications: Sequence[Clarification], corrections: str,
+                       feedback: str = "") -> str:
+        return self.render("agent_question", question=question.strip(), clarifications=_block(clarification_lines(clarifications)),
+                           corrections=_block(corrections), feedback=feedback)
+
+    def resample_feedback(self, finding: Finding, policy: Policy) -> str:
+        return self.templates["resample_feedback"].format(summary=summarize(finding, policy)).rstrip()
+
+    # -- rewrite prompts -----------------------------------------------------------------------
+    def rewrite(self, *, question: str, answer: str, findings: Sequence[Finding], top: Finding, policy: Policy,
+                clarifications: Sequence[Clarification], evidence: Sequence[dict[str, str]], corrections: str,
+                may_ask: bool) -> tuple[str, str]:
+        """(template name, prompt) for the top finding."""
+        name = CITATION_TEMPLATE if top.citation is not None else TEMPLATE_OF[top.result]
+        same = [f for f in findings if f.result is top.result and (f.citation is None) == (top.citation is None)]
+        differing = differing_variables(same, policy)
+        ask_guidance, ask_format = "", ""
+        if may_ask:
+            ask_guidance = (f"Either rewrite the answer stating the assumptions it depends on, or ask the user at most "
+                            f"{self.max_questions} short questions about the facts that decide it"
+                            + (f" ({', '.join(differing)})." if differing else "."))
+            ask_format = "\nDECISION: ASK_QUESTIONS\nQUESTION: <one question per line>"
+        else:
+            ask_guidance = "Rewrite the answer stating explicitly the assumptions it depends on (the user has already been asked)."
+        untranslated = [s for f in findings if f.translation for s in f.translation.untranslated_claims]
+        prompt = self.render(
+            name,
+            question=question.strip(), answer=answer.strip(),
+            clarifications=_block(clarification_lines(clarifications)),
+            rules=rule_lines(policy, self.max_rules),
+            findings="\n".join(describe(f) for f in same if f.citation is None) or "-",
+            finding_rules="\n".join(f"- {r.description or r.identifier}" for f in same
+                                    for r in (*f.contradicting_rules, *f.supporting_rules)) or "- (none named)",
+            scenario=_block(scenario_lines(same, policy)),
+            untranslated=_block(("Parts of the answer no rule covers (unchecked):\n" + "\n".join(f"- {s}" for s in dict.fromkeys(untranslated)))
+                                if untranslated else ""),
+            evidence=_block(evidence_lines(evidence)),
+            corrections=_block(corrections),
+            citation_problems="\n".join(f"- {f.citation.kind}: {f.citation.sentence!r}"
+                                        + (f" cites [{f.citation.passage_id}]" if f.citation.passage_id else "")
+                                        + (f" — {f.citation.detail}" if f.citation.detail else "")
+                                        for f in findings if f.citation is not None) or "-",
+            ask_guidance=ask_guidance, ask_format=ask_format,
+        )
+        return name, prompt
+
+
+def _block(text: str) -> str:
+    return f"\n{text.strip()}\n" if text and text.strip() else ""
+
+
+def rule_lines(policy: Policy, limit: int) -> str:
+    lines = [f"- {r.description or r.expression}" for r in policy.rules[:limit]]
+    if len(policy.rules) > limit:
+        lines.append(f"- … and {len(policy.rules) - limit} more rules")
+    return "\n".join(lines) or "- (the policy has no rules)"
+
+
+def clarification_lines(clarifications: Sequence[Clarification]) -> str:
+    if not clarifications:
+        return ""
+    lines = ["Clarifications from the user:"]
+    for c in clarifications:
+        if c.skipped:
+            why = "timed out" if c.reason == "timeout" else "skipped"
+            lines.append(f"- Q: {c.question} A: ({why}; do not assume an answer, state the assumption)")
+        else:
+            lines.append(f"- Q: {c.question} A: {c.answer}")
+    return "\n".join(lines)
+
+
+def evidence_lines(evidence: Sequence[dict[str, str]]) -> str:
+    if not evidence:
+        return ""
+    return "Passages the answer cites:\n" + "\n".join(f"[{p['id']}] {p.get('title', '')}: {p.get('text', '')}" for p in evidence)
+
+
+def describe(f: Finding) -> str:
+    """One finding in words: result, premises, claims."""
+    parts = [f"- {f.result.value}"]
+    t = f.translation
+    if t is not None:
+        if t.premises:
+            parts.append("  given: " + "; ".join(s.natural_language or s.logic for s in t.premises))
+        if t.claims:
+            parts.append("  claimed: " + "; ".join(s.natural_language or s.logic for s in t.claims))
+    for k, opt in enumerate(f.options[:2]):
+        claims = [s.natural_language or s.logic for tr in opt for s in (*tr.premises, *tr.claims)]
+        parts.append(f"  reading {k + 1}: " + "; ".join(claims))
+    if f.detail:
+        parts.append(f"  ({f.detail})")
+    return "\n".join(parts)
+
+
+def summarize(f: Finding, policy: Policy) -> str:
+    """A one-paragraph reason, for re-asking an agent that does not follow the DECISION format."""
+    if f.citation is not None:
+        return f"the citation check found a {f.citation.kind} citation ({f.citation.detail or f.citation.sentence})."
+    rules = [r.description or r.identifier for r in (*f.contradicting_rules, *f.supporting_rules)]
+    text = {
+        Result.INVALID: "it contradicts the rules",
+        Result.IMPOSSIBLE: "its premises contradict each other or the rules",
+        Result.SATISFIABLE: "it is true only in some situations",
+        Result.TRANSLATION_AMBIGUOUS: "it can be read in more than one way",
+        Result.TOO_COMPLEX: "it was too complex to check",
+    }.get(f.result, f.result.value.lower())
+    return text + (": " + "; ".join(rules) if rules else "") + "."
+
+
+def _scenarios(findings: Sequence[Finding]) -> list[tuple[str, Scenario]]:
+    out = []
+    for f in findings:
+        if f.claims_true_scenario is not None and f.result is Result.SATISFIABLE:
+            out.append(("where the answer holds", f.claims_true_scenario))
+        if f.claims_false_scenario is not None:
+            label = "what the rules give for these facts" if f.result is Result.INVALID else "where the answer fails"
+            out.append((label, f.claims_false_scenario))
+        out += [(f"reading {k + 1}", s) for k, s in enumerate(f.difference_scenarios)]
+    return out
+
+
+def differing_variables(findings: Sequence[Finding], policy: Policy) -> list[str]:
+    """Variables whose values differ between the scenarios of the findings (what a question should settle)."""
+    names: dict[str, None] = {}
+    for f in findings:
+        if f.claims_true_scenario is not None and f.claims_false_scenario is not None:
+            a, b = f.claims_true_scenario.assignments, f.claims_false_scenario.assignments
+            names.update({k: None for k in a if b.get(k) != a[k]})
+        if len(f.difference_scenarios) >= 2:
+            a, b = f.difference_scenarios[0].assignments, f.difference_scenarios[1].assignments
+            names.update({k: None for k in {*a, *b} if a.get(k) != b.get(k)})
+        elif len(f.difference_scenarios) == 1:
+            names.update({k: None for k in f.difference_scenarios[0].assignments})
+    return [n for n in names if n in {v.name for v in policy.variables}]
+
+
+def scenario_lines(findings: Sequence[Finding], policy: Policy) -> str:
+    scenarios = _scenarios(findings)
+    if not scenarios:
+        return ""
+    differ = differing_variables(findings, policy)
+    lines = []
+    if differ:
+        lines.append("Facts that decide the answer (the scenarios differ on these):")
+        for name in differ:
+            var = policy.variable(name)
+            lines.append(f"- {name}: {var.description}")
+    lines.append("Scenarios:")
+    for label, s in scenarios:
+        shown = {k: v for k, v in s.assignments.items() if not differ or k in differ} or s.assignments
+        lines.append(f"- {label}: " + ", ".join(f"{k} = {v}" for k, v in shown.items()))
+    return "\n".join(lines)

@@ -1,0 +1,251 @@
+// awarl chat web UI: plain DOM, no build step. Every string from the server goes in as text, never HTML.
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const shown = new Map();   // thread id -> message element
+const open = new Set();    // thread ids whose debug panel is open
+let config = null;
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+async function api(method, path, body) {
+  const res = await fetch(path, {method, headers: body ? {"Content-Type": "application/json"} : {},
+                                 body: body ? JSON.stringify(body) : undefined});
+  const data = await res.json().catch(() => ({error: {message: res.statusText}}));
+  if (!res.ok) throw new Error((data.error && data.error.message) || res.statusText);
+  return data;
+}
+
+// -- config -------------------------------------------------------------------------------------
+async function loadConfig() {
+  config = await api("GET", "/api/config");
+  const mode = $("#mode");
+  mode.textContent = config.mode === "agent" ? `Agent: ${config.generator} — ${config.mode_note || ""}`
+                                             : (config.mode_note || "Validate-only mode: no agent loaded.");
+  mode.className = "mode " + (config.mode === "agent" ? "agent" : "validate-only");
+  $("#cfg-generator").value = config.generator || "";
+  $("#cfg-max").value = config.max_iterations;
+  const policies = (await api("GET", "/api/config/policies")).policies;
+  const sel = $("#cfg-policy");
+  sel.replaceChildren(...policies.map(p => el("option", {value: p.name, selected: p.name === config.policy},
+                                                `${p.name} (v${p.version}, ${p.rules.length} rules)`)));
+  const active = policies.find(p => p.name === config.policy);
+  $("#rules-list").replaceChildren(...(active ? active.rules : []).map(r => el("li", {}, r.description || r.id)));
+  if (config.mode !== "agent") $("#answer-box").open = true;
+}
+
+$("#cfg-save").addEventListener("click", async () => {
+  try {
+    await api("POST", "/api/config", {generator: $("#cfg-generator").value.trim() || null,
+                                      policy: $("#cfg-policy").value, max_iterations: Number($("#cfg-max").value)});
+    $("#cfg-status").textContent = "Saved; new questions use it.";
+    await loadConfig();
+  } catch (e) { $("#cfg-status").textContent = e.message; }
+});
+
+// -- asking -------------------------------------------------------------------------------------
+$("#ask-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const prompt = $("#prompt").value.trim();
+  const answer = $("#answer").value.trim();
+  if (!prompt) return;
+  const msg = addMessage(null, prompt);
+  try {
+    const r = await api("POST", "/api/chat", answer ? {prompt, answer} : {prompt});
+    $("#prompt").value = ""; $("#answer").value = "";
+    track(r.thread_id, msg);
+  } catch (e) {
+    msg.bot.replaceChildren(el("div", {class: "error", "data-testid": "error"}, e.message));
+  }
+});
+
+function addMessage(threadId, prompt) {
+  const user = el("div", {class: "msg user"}, el("div", {class: "who"}, "You"), prompt);
+  const bot = el("div", {class: "msg bot", "data-thread": threadId || ""},
+                 el("div", {class: "status"}, "Sending…"));
+  $("#messages").append(user, bot);
+  return {user, bot};
+}
+
+function track(threadId, msg) {
+  msg.bot.dataset.thread = threadId;
+  shown.set(threadId, msg.bot);
+  poll(threadId);
+}
+
+async function poll(threadId) {
+  let t;
+  try { t = (await api("GET", `/api/thread/${threadId}`)).thread; }
+  catch (e) { setTimeout(() => poll(threadId), 1000); return; }
+  render(t);
+  if (t.status === "PROCESSING") setTimeout(() => poll(threadId), 400);
+  else refreshThreads();
+}
+
+// -- one thread ---------------------------------------------------------------------------------
+function render(t) {
+  const box = shown.get(t.id);
+  if (!box) return;
+  const parts = [el("div", {class: "who"}, `Assistant · thread ${t.id}`)];
+  if (t.status === "PROCESSING") {
+    parts.push(el("div", {class: "status", "data-testid": "status"}, `Working: ${t.state} (iteration ${t.iterations.length}, rewrites ${t.rewrites})`));
+  } else if (t.status === "AWAITING_INPUT") {
+    parts.push(el("div", {class: "status", "data-testid": "status"}, "Waiting for your answers"));
+    parts.push(questionForm(t));
+  } else if (t.status === "ERROR") {
+    parts.push(el("div", {}, el("span", {class: "badge ERROR", "data-testid": "badge"}, "ERROR")),
+               el("div", {class: "error"}, t.error || "failed"));
+  } else {
+    parts.push(el("div", {}, el("span", {class: `badge ${t.badge}`, "data-testid": "badge"}, badgeText(t)),
+                  el("span", {class: "small"}, `${t.exit} · ${t.rewrites} rewrite(s) · policy ${t.policy}`)));
+    parts.push(el("div", {class: "final", "data-testid": "final"}, t.final_response || ""));
+    if (t.warning) parts.push(el("div", {class: "warning", "data-testid": "warning"}, t.warning));
+  }
+  const actions = el("div", {class: "actions"},
+    el("button", {class: "secondary debug-toggle", "data-testid": "debug-toggle",
+                  onclick: () => { open.has(t.id) ? open.delete(t.id) : open.add(t.id); render(t); }},
+       open.has(t.id) ? "Hide debug" : "Debug"));
+  if (t.badge === "VALID" || t.badge === "PARTLY_VALIDATED") {
+    actions.append(el("button", {class: "secondary proof-toggle", "data-testid": "proof-toggle",
+                                 onclick: () => { const p = box.querySelector(".proof"); p.classList.toggle("hidden"); }}, "Proof"));
+  }
+  parts.push(actions);
+  if (t.badge === "VALID" || t.badge === "PARTLY_VALIDATED") parts.push(proof(t));
+  if (open.has(t.id)) parts.push(debugPanel(t));
+  box.replaceChildren(...parts);
+}
+
+function badgeText(t) {
+  return {INVALID: "INVALID after max rewrites", PARTLY_VALIDATED: "PARTLY VALIDATED",
+          NOT_VALIDATED: "NOT VALIDATED"}[t.badge] || t.badge;
+}
+
+function questionForm(t) {
+  const inputs = t.pending_questions.map((q, i) => el("label", {}, q, el("input", {type: "text", "data-q": i})));
+  const form = el("div", {class: "questions", "data-testid": "questions"}, ...inputs);
+  const send = async (skipped) => {
+    const answers = [...form.querySelectorAll("input")].map(x => x.value.trim() || null);
+    try { await api("POST", `/api/thread/${t.id}/answer`, {answers, skipped}); poll(t.id); }
+    catch (e) { form.append(el("div", {class: "error"}, e.message)); }
+  };
+  form.append(el("div", {class: "actions"},
+    el("button", {"data-testid": "answer-submit", onclick: () => send(false)}, "Submit answers"),
+    el("button", {class: "secondary", "data-testid": "answer-skip", onclick: () => send(true)}, "Skip")));
+  return form;
+}
+
+function proof(t) {
+  const last = t.iterations[t.iterations.length - 1] || {findings: []};
+  const valid = last.findings.filter(f => f.result === "VALID");
+  const items = valid.map(f => el("div", {class: "iteration"},
+    el("div", {}, "Given: ", statements(f.translation && f.translation.premises)),
+    el("div", {}, "Claimed: ", statements(f.translation && f.translation.claims)),
+    el("div", {}, "Because:"),
+    el("ul", {}, ...f.supporting_rules.map(id => el("li", {}, (f.rules && f.rules[id]) || id)))));
+  return el("div", {class: "proof hidden", "data-testid": "proof"},
+            el("strong", {}, "Why this answer holds"), ...items);
+}
+
+function statements(list) {
+  return (list || []).map(s => s.natural_language ? `${s.natural_language} (${s.logic})` : s.logic).join("; ") || "—";
+}
+
+function scenario(s) {
+  return s ? Object.entries(s).map(([k, v]) => `${k} = ${v}`).join(", ") : "—";
+}
+
+function findingsTable(findings) {
+  if (!findings || !findings.length) return el("div", {class: "small"}, "no findings");
+  const rows = findings.map(f => el("tr", {},
+    el("td", {}, el("span", {class: `badge ${f.result}`}, f.result), f.citation ? ` citation: ${f.citation.kind}` : ""),
+    el("td", {}, statements(f.translation && f.translation.premises)),
+    el("td", {}, statements(f.translation && f.translation.claims),
+       f.translation && f.translation.untranslated_claims.length ? el("div", {class: "small"}, "untranslated: " + f.translation.untranslated_claims.join(" | ")) : ""),
+    el("td", {}, [...f.supporting_rules.map(id => `+ ${(f.rules && f.rules[id]) || id}`),
+                  ...f.contradicting_rules.map(id => `− ${(f.rules && f.rules[id]) || id}`)].join("\n") || "—",
+       f.citation ? el("div", {class: "small"}, `${f.citation.sentence} [${f.citation.passage_id}] ${f.citation.detail}`) : ""),
+    el("td", {}, f.claims_true_scenario ? el("div", {}, "true: " + scenario(f.claims_true_scenario)) : "",
+       f.claims_false_scenario ? el("div", {}, "false: " + scenario(f.claims_false_scenario)) : "",
+       ...(f.difference_scenarios || []).map((s, i) => el("div", {}, `reading ${i + 1}: ` + scenario(s))),
+       f.detail ? el("div", {class: "small"}, f.detail) : "")));
+  return el("table", {class: "findings"},
+            el("tr", {}, ...["result", "premises", "claims", "rules", "scenarios"].map(h => el("th", {}, h))), ...rows);
+}
+
+function debugPanel(t) {
+  const its = t.iterations.map(it => el("div", {class: "iteration", "data-testid": "iteration"},
+    el("h4", {}, `#${it.index} ${it.type}` + (it.template ? ` · ${it.template}` : "") + (it.result ? ` → ${it.result}` : "")
+                + (it.decision ? ` · decision ${it.decision.kind}${it.decision.parsed ? "" : " (unparsed)"}` : "")),
+    it.prompt ? el("details", {}, el("summary", {}, "prompt sent"), el("pre", {}, it.prompt)) : "",
+    el("div", {}, "answer: ", el("code", {}, it.answer)),
+    it.search ? el("div", {class: "small"}, `searches: ${(it.search.queries || []).join(" | ") || "none"} · cited: ${(it.search.citations || []).join(", ") || "none"} · stop: ${it.search.stop_reason}`) : "",
+    it.premises_text ? el("details", {}, el("summary", {}, "premise text (question, clarifications, cited passages)"), el("pre", {}, it.premises_text)) : "",
+    findingsTable(it.findings),
+    el("div", {class: "small"}, `generate ${it.generate_s.toFixed(3)}s · validate ${it.validate_s.toFixed(3)}s`)));
+  const clar = t.clarifications.map(c => el("li", {}, `${c.question} → ${c.skipped ? "(" + c.reason + ")" : c.answer}`));
+  return el("div", {class: "debug", "data-testid": "debug"},
+    el("strong", {}, `Debug · state ${t.state} · ${t.iterations.length} iteration(s)`),
+    clar.length ? el("div", {}, "Clarifications:", el("ul", {}, ...clar)) : "", ...its,
+    el("details", {}, el("summary", {}, "thread log"), el("pre", {}, t.events.map(e => `${new Date(e.time * 1000).toISOString()} ${e.state} ${e.event}`).join("\n"))));
+}
+
+// -- threads list -------------------------------------------------------------------------------
+async function refreshThreads() {
+  const list = (await api("GET", "/api/threads?limit=30")).threads;
+  $("#thread-list").replaceChildren(...list.map(t => el("li", {
+      onclick: () => { if (!shown.has(t.id)) { const m = addMessage(t.id, t.prompt); track(t.id, m); }
+                       shown.get(t.id).scrollIntoView({behavior: "smooth"}); }},
+    el("span", {class: `badge ${t.badge || ""}`}, t.badge || t.status), t.prompt.slice(0, 70))));
+  refreshReviewCount();
+}
+
+// -- reviews ------------------------------------------------------------------------------------
+async function refreshReviewCount() {
+  const pending = (await api("GET", "/api/reviews?status=pending")).reviews;
+  $("#review-count").textContent = pending.length ? `(${pending.length})` : "";
+}
+
+async function loadReviews() {
+  const reviews = (await api("GET", "/api/reviews")).reviews;
+  if (!reviews.length) { $("#reviews").replaceChildren(el("p", {class: "small"}, "Nothing to review.")); return; }
+  $("#reviews").replaceChildren(...reviews.reverse().map(r => {
+    const verdict = el("select", {}, el("option", {value: "approve"}, "approve"), el("option", {value: "reject"}, "reject"));
+    const correction = el("textarea", {rows: 2, placeholder: "Correction to add to the corrections list (optional)"});
+    const body = [el("div", {}, el("span", {class: "badge SATISFIABLE"}, r.reason), ` #${r.id} · thread ${r.thread_id || "-"} · ${r.status}`),
+                  el("div", {}, "Question: ", r.data.question || ""),
+                  el("div", {}, "Sentence: ", el("code", {}, r.data.sentence || r.data.answer || "")),
+                  r.data.passage_ids ? el("div", {class: "small"}, "cites " + r.data.passage_ids.join(", ")) : ""];
+    if (r.status === "pending") {
+      body.push(el("div", {class: "actions"}, verdict, el("button", {"data-testid": "review-submit", onclick: async () => {
+        await api("POST", `/api/reviews/${r.id}`, {verdict: verdict.value, correction: correction.value.trim() || null});
+        loadReviews(); refreshReviewCount(); }}, "Decide")), correction);
+    } else {
+      body.push(el("div", {class: "small"}, `verdict ${r.verdict}` + (r.correction ? ` · correction: ${r.correction}` : "")));
+    }
+    return el("div", {class: "review"}, ...body);
+  }));
+}
+
+for (const tab of document.querySelectorAll(".tab")) {
+  tab.addEventListener("click", () => {
+    document.querySelectorAll(".tab").forEach(t => t.classList.toggle("active", t === tab));
+    $("#chat-view").classList.toggle("hidden", tab.dataset.tab !== "chat");
+    $("#reviews-view").classList.toggle("hidden", tab.dataset.tab !== "reviews");
+    if (tab.dataset.tab === "reviews") loadReviews();
+  });
+}
+
+loadConfig().then(refreshThreads);

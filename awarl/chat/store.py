@@ -1,0 +1,203 @@
+"""SQLite persistence for threads, the review queue, reviewer corrections and the audit head.
+
+One file (default ``runs/chat/chat.sqlite``) so a restart — or a second process on the same
+file — sees every thread. WAL mode lets readers (``GET /api/thread/{id}``) run beside the
+workers' writes; one connection per store guarded by a lock keeps sqlite3's threading rules.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from awarl.chat.thread import Status, Thread
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS threads (
+    id TEXT PRIMARY KEY, status TEXT NOT NULL, state TEXT NOT NULL,
+    created REAL NOT NULL, updated REAL NOT NULL, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS threads_status ON threads(status);
+CREATE INDEX IF NOT EXISTS threads_created ON threads(created);
+CREATE TABLE IF NOT EXISTS reviews (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT, reason TEXT NOT NULL, status TEXT NOT NULL,
+    data TEXT NOT NULL, verdict TEXT, correction TEXT, created REAL NOT NULL, decided REAL);
+CREATE TABLE IF NOT EXISTS corrections (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, text TEXT NOT NULL, error TEXT, review_id INTEGER, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS audit_head (
+    log TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class StoreError(RuntimeError):
+    """A store operation that cannot be done (unknown id, bad state); the message says which."""
+
+
+@dataclass
+class Review:
+    id: int
+    thread_id: str | None
+    reason: str
+    status: str  # pending | decided
+    data: dict[str, Any]
+    verdict: str | None
+    correction: str | None
+    created: float
+    decided: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__}
+
+
+class Store:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE … COMMIT: a read-modify-write no other process can interleave with."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # -- threads -------------------------------------------------------------------------------
+    def save_thread(self, t: Thread) -> None:
+        t.updated = time.time()
+        data = json.dumps(t.to_dict(), ensure_ascii=False)
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO threads(id, status, state, created, updated, data) VALUES (?,?,?,?,?,?) "
+                "ON CONFLICT(id) DO UPDATE SET status=excluded.status, state=excluded.state, "
+                "updated=excluded.updated, data=excluded.data",
+                (t.id, t.status.value, t.state.value, t.created, t.updated, data),
+            )
+
+    def load_thread(self, thread_id: str) -> Thread | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM threads WHERE id=?", (thread_id,)).fetchone()
+        return Thread.from_dict(json.loads(row["data"])) if row else None
+
+    def thread_json(self, thread_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM threads WHERE id=?", (thread_id,)).fetchone()
+        return json.loads(row["data"]) if row else None
+
+    def list_threads(self, limit: int = 100, status: str | None = None) -> list[dict[str, Any]]:
+        """Newest first, as summaries (no iterations)."""
+        sql = "SELECT data FROM threads" + (" WHERE status=?" if status else "") + " ORDER BY created DESC LIMIT ?"
+        args: tuple[Any, ...] = (status, limit) if status else (limit,)
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        out = []
+        for row in rows:
+            d = json.loads(row["data"])
+            out.append({k: d.get(k) for k in ("id", "prompt", "status", "state", "badge", "exit", "final_response",
+                                              "warning", "created", "updated", "rewrites", "policy", "generator")})
+        return out
+
+    def thread_ids(self, status: Status) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM threads WHERE status=? ORDER BY created", (status.value,)).fetchall()
+        return [r["id"] for r in rows]
+
+    def count_threads(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT status, COUNT(*) AS n FROM threads GROUP BY status").fetchall()
+        return {r["status"]: r["n"] for r in rows}
+
+    # -- review queue --------------------------------------------------------------------------
+    def add_review(self, reason: str, data: dict[str, Any], thread_id: str | None = None) -> int:
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT INTO reviews(thread_id, reason, status, data, created) VALUES (?,?,?,?,?)",
+                (thread_id, reason, "pending", json.dumps(data, ensure_ascii=False), time.time()),
+            )
+            return int(cur.lastrowid)
+
+    def reviews(self, status: str | None = None) -> list[Review]:
+        sql = "SELECT * FROM reviews" + (" WHERE status=?" if status else "") + " ORDER BY id"
+        with self._lock:
+            rows = self._db.execute(sql, (status,) if status else ()).fetchall()
+        return [self._review(r) for r in rows]
+
+    def review(self, review_id: int) -> Review | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM reviews WHERE id=?", (review_id,)).fetchone()
+        return self._review(row) if row else None
+
+    @staticmethod
+    def _review(r: sqlite3.Row) -> Review:
+        return Review(r["id"], r["thread_id"], r["reason"], r["status"], json.loads(r["data"]), r["verdict"],
+                      r["correction"], r["created"], r["decided"])
+
+    def decide_review(self, review_id: int, verdict: str, correction: str | None, error: str | None) -> Review:
+        """Record a reviewer's verdict; a correction joins the corrections list in the same transaction."""
+        with self.transaction() as db:
+            row = db.execute("SELECT status FROM reviews WHERE id=?", (review_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"review {review_id} does not exist")
+            if row["status"] != "pending":
+                raise StoreError(f"review {review_id} was already decided")
+            now = time.time()
+            db.execute("UPDATE reviews SET status='decided', verdict=?, correction=?, decided=? WHERE id=?",
+                       (verdict, correction, now, review_id))
+            if correction:
+                db.execute("INSERT INTO corrections(text, error, review_id, created) VALUES (?,?,?,?)",
+                           (correction, error, review_id, now))
+        review = self.review(review_id)
+        assert review is not None
+        return review
+
+    def corrections(self) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM corrections ORDER BY id").fetchall()
+        return [dict(r) for r in rows]
+
+    # -- audit head ----------------------------------------------------------------------------
+    def audit_head(self, log: str) -> tuple[int, str] | None:
+        with self._lock:
+            row = self._db.execute("SELECT seq, hash FROM audit_head WHERE log=?", (log,)).fetchone()
+        return (row["seq"], row["hash"]) if row else None
+
+    def set_audit_head(self, log: str, seq: int, digest: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO audit_head(log, seq, hash, updated) VALUES (?,?,?,?) "
+                "ON CONFLICT(log) DO UPDATE SET seq=excluded.seq, hash=excluded.hash, updated=excluded.updated",
+                (log, seq, digest, time.time()),
+            )
+
+    # -- settings changed at run time (POST /api/config) ----------------------------------------
+    def setting(self, key: str) -> Any:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM settings WHERE key=?", (key,)).fetchone()
+        return json.loads(row["value"]) if row else None
+
+    def set_setting(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO settings(key, value) VALUES (?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                             (key, json.dumps(value)))

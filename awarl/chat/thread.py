@@ -1,0 +1,163 @@
+"""A conversation thread and its iterations: what the loop works on and what the API returns.
+
+A thread is saved after every state transition, so a restart resumes it where it stood; it is
+a plain dataclass that round-trips through JSON (`Thread.to_dict` / `Thread.from_dict`).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class State(str, enum.Enum):
+    """Where a thread stands in the verify-and-rewrite loop (see `awarl.chat.loop`)."""
+
+    GENERATE_INITIAL = "GENERATE_INITIAL"
+    VALIDATE = "VALIDATE"
+    CHECK_QUESTIONS = "CHECK_QUESTIONS"
+    HANDLE_RESULT = "HANDLE_RESULT"
+    REWRITING_LOOP = "REWRITING_LOOP"
+    AWAITING_INPUT = "AWAITING_INPUT"
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+
+
+class Status(str, enum.Enum):
+    """What a client needs to know: is the thread working, waiting for the user, or done."""
+
+    PROCESSING = "PROCESSING"
+    AWAITING_INPUT = "AWAITING_INPUT"
+    COMPLETED = "COMPLETED"
+    ERROR = "ERROR"
+
+
+class Exit(str, enum.Enum):
+    """How a thread ended; every exit is one audit line."""
+
+    VALID_RESPONSE = "VALID_RESPONSE"
+    MAX_ITERATIONS_REACHED = "MAX_ITERATIONS_REACHED"
+    IMPOSSIBLE = "IMPOSSIBLE"
+    ABSTAINED = "ABSTAINED"
+    NO_TRANSLATIONS = "NO_TRANSLATIONS"
+    CHECKED_ONLY = "CHECKED_ONLY"
+    """Validate-only mode: a given answer was checked; there is no generator to rewrite it."""
+    ERROR = "ERROR"
+
+
+class Badge(str, enum.Enum):
+    """The validation badge the UI shows beside the final answer."""
+
+    VALID = "VALID"
+    INVALID = "INVALID"
+    SATISFIABLE = "SATISFIABLE"
+    IMPOSSIBLE = "IMPOSSIBLE"
+    TRANSLATION_AMBIGUOUS = "TRANSLATION_AMBIGUOUS"
+    TOO_COMPLEX = "TOO_COMPLEX"
+    ABSTAINED = "ABSTAINED"
+    PARTLY_VALIDATED = "PARTLY_VALIDATED"
+    NOT_VALIDATED = "NOT_VALIDATED"
+    ERROR = "ERROR"
+
+
+TERMINAL = (State.COMPLETED, State.ERROR)
+
+
+@dataclass
+class Clarification:
+    """One clarifying question and what became of it: answered, skipped by the user, or timed out."""
+
+    question: str
+    answer: str | None = None
+    skipped: bool = False
+    reason: str = "answered"  # answered | skipped | timeout
+
+
+@dataclass
+class Iteration:
+    """One answer the thread produced and what the checks said about it.
+
+    ``type`` is ``given`` (validate-only), ``initial`` (the agent's first answer), ``rewrite`` (a
+    DECISION turn), ``resample`` (the agent re-asked with the finding as feedback) or
+    ``revalidate`` (the same answer checked again after clarifications).
+    """
+
+    index: int
+    type: str
+    prompt: str
+    answer: str
+    raw: str = ""
+    template: str | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    result: str | None = None
+    partly_valid: bool = False
+    decision: dict[str, Any] | None = None
+    search: dict[str, Any] | None = None
+    premises_text: str = ""
+    generate_s: float = 0.0
+    validate_s: float = 0.0
+    solver_s: float = 0.0
+
+
+@dataclass
+class Thread:
+    id: str
+    prompt: str
+    given_answer: str | None = None
+    generator: str | None = None
+    policy: str = ""
+    policy_version: str = ""
+    max_iterations: int = 3
+    status: Status = Status.PROCESSING
+    state: State = State.GENERATE_INITIAL
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    iterations: list[Iteration] = field(default_factory=list)
+    clarifications: list[Clarification] = field(default_factory=list)
+    pending_questions: list[str] = field(default_factory=list)
+    awaiting_since: float | None = None
+    question_rounds: int = 0
+    rewrites: int = 0
+    answer: str = ""
+    """The current answer (final message text, citations included)."""
+    cited: list[dict[str, str]] = field(default_factory=list)
+    """Passages the current answer cites that exist in the corpus: their text is evidence (premises)."""
+    final_response: str | None = None
+    exit: Exit | None = None
+    badge: Badge | None = None
+    warning: str | None = None
+    error: str | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def new(cls, prompt: str, **kw: Any) -> "Thread":
+        return cls(id=uuid.uuid4().hex[:16], prompt=prompt, **kw)
+
+    @property
+    def last(self) -> Iteration | None:
+        return self.iterations[-1] if self.iterations else None
+
+    def note(self, what: str, **data: Any) -> None:
+        """A line of the thread's own log, shown in the debug panel."""
+        self.events.append({"time": time.time(), "state": self.state.value, "event": what, **data})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("status", "state", "exit", "badge"):
+            d[key] = getattr(self, key).value if getattr(self, key) is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Thread":
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["status"] = Status(kw.get("status", "PROCESSING"))
+        kw["state"] = State(kw.get("state", "GENERATE_INITIAL"))
+        kw["exit"] = Exit(kw["exit"]) if kw.get("exit") else None
+        kw["badge"] = Badge(kw["badge"]) if kw.get("badge") else None
+        kw["iterations"] = [Iteration(**i) for i in kw.get("iterations", [])]
+        kw["clarifications"] = [Clarification(**c) for c in kw.get("clarifications", [])]
+        return cls(**kw)
