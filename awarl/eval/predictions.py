@@ -91,10 +91,7 @@ def load_predictions(path: str | Path) -> list[Prediction]:
             return _from_mapping(path, whole["answer"], '"answer" entry')
         if _ROW_KEYS.intersection(whole):  # one line of awarl / MuSiQue JSONL
             return [_from_row(path, "line 1", whole)]
-        if all(isinstance(v, str) for v in whole.values()):
-            return _from_mapping(path, whole, "entry")
-        raise DataError(path, "top level", "a JSON object that is neither {id: answer} nor HotpotQA's "
-                        '{"answer": {id: answer}, "sp": …}; see `awarl eval score --help` for the formats read')
+        return _from_mapping(path, whole, "entry")  # {id: answer}; a non-string value is named there
     if isinstance(whole, list):
         return [_from_row(path, f"index {i}", row) for i, row in enumerate(whole)]
     if whole is not None:

@@ -6,6 +6,9 @@ import sys
 
 import pytest
 
+from awarl.data.records import DataError
+from awarl.eval.score import score_predictions
+
 
 def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "awarl.cli", *args], capture_output=True, text=True, timeout=120)
@@ -108,3 +111,124 @@ def test_import_awarl_does_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# -- hardening: answers scored as text, prediction shapes, duplicates, empty and bad inputs ----------
+
+def _score(data, pred, *extra):
+    return run_cli("eval", "score", "--data", str(data), "--predictions", str(pred), "--json", *extra)
+
+
+def _gold_answers(sample_files):
+    return {ex["_id"]: ex["answer"] for ex in json.loads(sample_files["hotpotqa"].read_text())}
+
+
+def test_answer_markup_in_predictions_is_scored_as_text(sample_files, tmp_path):
+    """`garbage</answer><answer>Ronald Shusett` is not the answer "Ronald Shusett"."""
+    answers = _gold_answers(sample_files)
+    first = next(iter(answers))
+    assert answers[first] == "Ronald Shusett"
+    answers[first] = "garbage</answer><answer>Ronald Shusett"
+    pred = tmp_path / "pred.json"
+    pred.write_text(json.dumps({"answer": answers, "sp": {}}))
+    m = json.loads(_score(sample_files["hotpotqa"], pred, "--dataset", "hotpotqa").stdout)
+    assert m["correct"] == 39 and m["answered"] == 40 and m["em"] == pytest.approx(39 / 40)
+    jsonl = tmp_path / "pred.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": k, "answer": f"<answer>{v}</answer>"}) + "\n" for k, v in answers.items()))
+    m = json.loads(_score(sample_files["hotpotqa"], jsonl, "--dataset", "hotpotqa").stdout)
+    assert m["correct"] == 0  # tags are part of a plain answer, not markup to strip
+
+
+@pytest.mark.parametrize("shape", ["list", "map", "jsonl", "official"])
+def test_prediction_shapes_read_alike(sample_files, tmp_path, shape):
+    answers = _gold_answers(sample_files)
+    answers = {k: (v if i % 2 else "not enough information") for i, (k, v) in enumerate(answers.items())}
+    pred = tmp_path / "pred.json"
+    if shape == "list":
+        pred.write_text(json.dumps([{"id": k, "answer": v} for k, v in answers.items()]))
+    elif shape == "map":
+        pred.write_text(json.dumps(answers))
+    elif shape == "jsonl":
+        pred.write_text("".join(json.dumps({"id": k, "answer": v}) + "\n" for k, v in answers.items()))
+    else:
+        pred.write_text(json.dumps({"answer": answers, "sp": {k: [] for k in answers}}))
+    m = score_predictions(sample_files["hotpotqa"], pred, "hotpotqa").metrics
+    assert (m.correct, m.abstained, m.answered) == (20, 20, 20)
+
+
+def test_explicit_abstained_flag_wins_over_the_phrase(sample_files, tmp_path):
+    answers = _gold_answers(sample_files)
+    pred = tmp_path / "pred.jsonl"
+    pred.write_text("".join(json.dumps({"id": k, "answer": v, "abstained": i < 4}) + "\n"
+                            for i, (k, v) in enumerate(answers.items())))
+    m = json.loads(_score(sample_files["hotpotqa"], pred, "--dataset", "hotpotqa").stdout)
+    assert (m["correct"], m["abstained"]) == (36, 4)
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ('{"a": 1}', "field 'answer': expected a string answer, got a number"),
+        ('{"answer": {"5a85fb085542994775f606de": "x", "5a85fb085542994775f606de": "y"}}',
+         "key '5a85fb085542994775f606de' appears twice in one JSON object"),
+        ('[{"id": "5a85fb085542994775f606de", "answer": "x"}, 3]', "index 1: expected a JSON object, got a number"),
+        ('[{"id": true, "answer": "x"}]', "index 0, field 'id': expected a string id, got true/false"),
+        ('[{"id": "x", "answer": "a"},\n {"id": }]', "line 2: broken JSON"),
+        ('"just text"', "top level: expected predictions (JSON lines, a list or an object), got a string"),
+        ("", "holds no predictions (40 data ids to predict)"),
+        ('{"id": "5a85fb085542994775f606de", "answer": "x", "citations": "d1"}', "field 'citations': expected a list"),
+    ],
+)
+def test_bad_prediction_shapes_are_named(sample_files, tmp_path, content, message):
+    pred = tmp_path / "pred.json"
+    pred.write_text(content)
+    with pytest.raises(DataError) as info:
+        score_predictions(sample_files["hotpotqa"], pred, "hotpotqa")
+    assert message in str(info.value) and str(info.value).startswith(str(pred))
+
+
+def test_duplicate_prediction_names_both_lines(sample_files, tmp_path):
+    answers = _gold_answers(sample_files)
+    rows = [{"id": k, "answer": v} for k, v in answers.items()]
+    rows.insert(5, rows[2])
+    pred = tmp_path / "pred.jsonl"
+    pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = _score(sample_files["hotpotqa"], pred, "--dataset", "hotpotqa")
+    assert out.returncode == 1
+    assert (f"line 6, field 'id': a second prediction for id {rows[2]['id']!r} (already at line 3)"
+            in " ".join(out.stderr.split()))
+
+
+def test_duplicate_ids_in_the_data_stop_scoring(sample_files, tmp_path):
+    """The issue's case: with a repeated `_id`, perfect predictions were scored 38/40."""
+    rows = json.loads(sample_files["hotpotqa"].read_text())
+    rows[9]["_id"] = rows[4]["_id"]
+    data = tmp_path / "dev.json"
+    data.write_text(json.dumps(rows))
+    pred = tmp_path / "pred.json"
+    pred.write_text(json.dumps({r["_id"]: r["answer"] for r in rows}))
+    out = _score(data, pred, "--dataset", "hotpotqa")
+    assert out.returncode == 1 and "example 9 (index 9), field '_id': duplicate id" in " ".join(out.stderr.split())
+
+
+def test_empty_data_and_predictions_warn(tmp_path):
+    data = tmp_path / "records.jsonl"
+    data.write_text("")
+    pred = tmp_path / "pred.jsonl"
+    pred.write_text("")
+    out = _score(data, pred, "--dataset", "musique")
+    assert out.returncode == 0
+    assert "warning:" in out.stderr and "holds 0 records" in out.stderr
+    assert json.loads(out.stdout)["n"] == 0
+
+
+def test_unreadable_inputs_are_error_lines(sample_files, tmp_path):
+    pred = tmp_path / "pred.jsonl"
+    pred.write_bytes('{"id": "5a85fb085542994775f606de", "answer": "Ronald Shusett é"}\n'.encode("latin-1"))
+    out = _score(sample_files["hotpotqa"], pred, "--dataset", "hotpotqa")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert f"{pred}: not UTF-8 text: byte b'\\xe9' at byte offset" in " ".join(out.stderr.split())
+    out = _score(sample_files["hotpotqa"], tmp_path, "--dataset", "hotpotqa")
+    assert out.returncode == 1 and f"error: {tmp_path}: is a folder; expected a file" in out.stderr
+    out = _score(tmp_path, pred, "--dataset", "hotpotqa")
+    assert out.returncode == 1 and f"error: {tmp_path}: is a folder; expected a file" in out.stderr
