@@ -146,6 +146,9 @@ def load_chat_config(path: str | Path, **overrides: Any) -> ChatSettings:
     for key in ("policy", "corpus", "corrections"):
         if values.get(key) and not Path(values[key]).exists():
             raise ChatConfigError(f"{path}, key '{key}': {values[key]} does not exist")
+    if not values.get("generator") and not values.get("mode_note"):
+        values["mode_note"] = (f"Validate-only mode: {path} names no generator. POST /api/chat with an `answer` to "
+                               "check it, or set `generator:` to a backend spec (hf:PATH, vllm:PATH, openai:URL#MODEL).")
     try:
         return ChatSettings(**values)
     except (TypeError, ChatConfigError) as exc:

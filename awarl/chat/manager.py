@@ -332,14 +332,18 @@ class ThreadManager:
                 generator = self._generator(t.generator) if t.generator else None
             except Exception as exc:
                 t.state, t.status, t.exit, t.error = State.ERROR, Status.ERROR, Exit.ERROR, f"setup failed: {exc}"
-                self.store.save_thread(t)
-                self._finish(t)
+                self._save(t)
                 return
             loop = Loop(validators[t.policy], generator, self.prompts, self.loop_settings,
                         review_sink=lambda thread_id: ReviewSink(self.store, thread_id, self.corpus, self._second_judge))
-            t = loop.run(t, self.store.save_thread)
-            if t.state in TERMINAL:
-                self._finish(t)
+            loop.run(t, self._save)
+
+    def _save(self, t: Thread) -> None:
+        """Save after a transition; an exit is audited (and queued for review) before the thread shows
+        as done, so whoever sees COMPLETED or ERROR also finds its audit line."""
+        if t.state in TERMINAL:
+            self._finish(t)
+        self.store.save_thread(t)
 
     def _finish(self, t: Thread) -> None:
         self.audit.append(audit_record(t))
