@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from awarl.cli_errors import fail
-from awarl.data.records import DataError
+from awarl.data.records import DataError, Passage
 from awarl.search.retriever import SearchError
 
 index_app = typer.Typer(no_args_is_help=True)
@@ -31,30 +31,44 @@ def build(
     b: float = typer.Option(0.75, "--b", help="bm25: length normalisation."),
     stemmer: str = typer.Option("english", "--stemmer", help="bm25: Snowball language, or 'none'."),
 ) -> None:
-    """Index a corpus.jsonl into OUT (loads memory-mapped later)."""
-    from awarl.data.records import load_corpus
+    """Index a corpus.jsonl into OUT (loads memory-mapped later). BM25 streams the corpus (memory
+    stays flat whatever its size); an index already at OUT is replaced atomically, so a server
+    reading it keeps serving the old one until restarted."""
+    from awarl.data.records import iter_jsonl, load_corpus
 
     try:
-        passages = load_corpus(corpus)
+        from awarl.search.folder import check_target
+
+        check_target(out)
         t0 = time.perf_counter()
         if kind == "bm25":
             from awarl.search.bm25 import BM25Index, BM25Settings
 
             settings = BM25Settings(k1=k1, b=b, stemmer=None if stemmer.lower() == "none" else stemmer)
-            index = BM25Index.build(passages, settings, show_progress=True)
+            if not corpus.is_file():
+                raise DataError(corpus, "-", "file not found" if not corpus.exists() else "is a folder, not a corpus.jsonl file")
+            passages = (Passage.from_dict(row, path=corpus, where=f"line {n}") for n, row in iter_jsonl(corpus))
+            done = [0]
+
+            def progress(n: int) -> None:
+                done[0] += n
+                console.print(f"  indexed {done[0]:,} passages ({time.perf_counter() - t0:.0f}s)", highlight=False)
+
+            count = BM25Index.build_folder(passages, out, settings, on_chunk=progress)
         elif kind == "dense":
             from awarl.search.dense import DenseIndex, DenseSettings
 
             if not encoder:
                 raise typer.BadParameter("--kind dense needs --encoder PATH (a local sentence-transformers folder)", param_hint="--encoder")
             settings = DenseSettings(encoder=encoder, index_type=index_type, query_prefix=query_prefix, passage_prefix=passage_prefix)
-            index = DenseIndex.build(passages, settings, show_progress=True)
+            index = DenseIndex.build(load_corpus(corpus), settings, show_progress=True)
+            index.save(out)
+            count = len(index)
         else:
             raise typer.BadParameter(f"unknown index kind {kind!r}; choose bm25 or dense", param_hint="--kind")
-        index.save(out)
-    except (DataError, ValueError, ImportError, FileNotFoundError) as exc:
+    except (DataError, ValueError, ImportError, FileNotFoundError, OSError) as exc:
         fail(exc)
-    typer.echo(f"{kind} index of {len(index)} passages built in {time.perf_counter() - t0:.1f}s -> {out}")
+    typer.echo(f"{kind} index of {count} passages built in {time.perf_counter() - t0:.1f}s -> {out}")
 
 
 @search_app.command("query")
@@ -88,22 +102,35 @@ def query(
 def serve(
     index: Path = typer.Option(..., "--index", help="Index folder built by `awarl index build`."),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on (0.0.0.0 for every interface)."),
-    port: int = typer.Option(8000, "--port", help="TCP port."),
+    port: int = typer.Option(8000, "--port", help="TCP port (1-65535)."),
+    workers: int = typer.Option(1, "--workers", help="Server processes sharing one memory-mapped index (one per core)."),
     default_topk: int = typer.Option(3, "--topk", help="Passages per query when a request gives no topk."),
     max_batch: int = typer.Option(256, "--max-batch", help="Most queries answered by one index call."),
     batch_wait_ms: float = typer.Option(2.0, "--batch-wait-ms", help="How long to gather concurrent requests."),
+    max_query_chars: int = typer.Option(2000, "--max-query-chars", help="Longest query accepted (longer: HTTP 422)."),
+    max_body_bytes: int = typer.Option(4 * 1024 * 1024, "--max-body-bytes", help="Largest request body (larger: HTTP 413)."),
     encoder: str = typer.Option(None, "--encoder", help="dense: encoder folder, if it moved since the build."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
 ) -> None:
     """Serve an index over HTTP: POST /retrieve (Search-R1 compatible), GET /health."""
     from awarl.search.index import load_index
-    from awarl.search.server import ServerSettings
+    from awarl.search.server import ServerSettings, bind
     from awarl.search.server import serve as run_server
 
     try:
+        if not 1 <= port <= 65535:
+            raise ValueError(f"--port {port} is out of range: use 1-65535")
+        if workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {workers}")
+        settings = ServerSettings(default_topk=default_topk, max_batch=max_batch, batch_wait_ms=batch_wait_ms,
+                                  max_query_chars=max_query_chars, max_body_bytes=max_body_bytes)
+        bind(host, port).close()  # a port in use is a clear error now, not after loading the index
         retriever = load_index(index, **({"encoder": encoder} if encoder else {}))
-        settings = ServerSettings(default_topk=default_topk, max_batch=max_batch, batch_wait_ms=batch_wait_ms)
-    except (DataError, ValueError, ImportError, FileNotFoundError) as exc:
+    except (DataError, ValueError, ImportError, FileNotFoundError, OSError) as exc:
         fail(exc)
-    console.print(f"serving {len(retriever)} passages on http://{host}:{port} (POST /retrieve, GET /health)")
-    run_server(retriever, host=host, port=port, settings=settings, log_level=log_level)
+    console.print(f"serving {len(retriever)} passages on http://{host}:{port} with {workers} worker(s) "
+                  "(POST /retrieve, GET /health)", highlight=False)
+    try:
+        run_server(retriever, host=host, port=port, settings=settings, log_level=log_level, workers=workers)
+    except ValueError as exc:
+        fail(exc)

@@ -1,8 +1,8 @@
 """Clients with the `Retriever` interface: an index in this process, or a retrieval server.
 
 `open_retriever` picks one from a string: an ``http://`` / ``https://`` URL gives an
-`HttpRetriever`, anything else is an index folder opened in-process (the default: no server,
-no network). Both answer ``search(queries, k, allowed)`` and ``get_passage(id)`` the same way,
+`HttpRetriever`; an index folder is opened in-process, and a ``corpus.jsonl`` is indexed with
+BM25 in memory (no server, no network). Both answer ``search(queries, k, allowed)`` and ``get_passage(id)`` the same way,
 so SearchEnv, evaluation and the chatbot never care where the index lives.
 
 `HttpRetriever` keeps one pooled `httpx.Client` (connections are reused across calls and
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 from urllib.parse import quote
 from dataclasses import dataclass
 from typing import Any
@@ -138,10 +139,40 @@ def _error_text(resp: httpx.Response) -> str:
     return str(body)[:300]
 
 
-def open_retriever(spec: str, **options: Any) -> Retriever:
-    """An `HttpRetriever` for a URL, else the index folder ``spec`` loaded in this process."""
-    if spec.startswith(("http://", "https://")):
-        return HttpRetriever(spec, **options)
-    from awarl.search.index import load_index
+def open_retriever(spec: str | Path, **options: Any) -> Retriever:
+    """The one way to open a retriever from a string:
 
-    return load_index(spec, **options)
+    - an ``http://`` / ``https://`` URL of ``awarl search serve`` (or any Search-R1 server): an
+      `HttpRetriever` (``options`` go to it, e.g. ``settings=HttpSettings(...)``);
+    - a saved index folder (``awarl index build``): loaded memory-mapped (``options`` go to
+      `awarl.search.index.load_index`, e.g. ``encoder`` for dense, ``scorer`` for BM25);
+    - a ``corpus.jsonl`` file: a BM25 index built in memory (``options`` go to
+      `awarl.search.bm25.BM25Index.build`, e.g. ``settings``).
+
+    Anything else is a `SearchError` that says which of the three was expected.
+    """
+    text = str(spec)
+    if text.startswith(("http://", "https://")):
+        return HttpRetriever(text, **options)
+    if "://" in text:
+        raise SearchError(f"{text!r}: only http:// and https:// retrieval servers are supported")
+    from awarl.search.folder import META_FILE, resolve
+
+    path = Path(text)
+    folder = resolve(path)
+    if folder.is_dir():
+        if not (folder / META_FILE).exists():
+            raise SearchError(f"{text}: a folder without {META_FILE}, so not an awarl index folder; build one with "
+                              f"`awarl index build --corpus corpus.jsonl --out {text}`, or give a corpus.jsonl or a server URL")
+        from awarl.search.index import load_index
+
+        return load_index(folder, **options)
+    if path.is_file():
+        if not path.name.endswith(".jsonl"):
+            raise SearchError(f"{text}: not a .jsonl corpus; give an index folder, a corpus.jsonl or a server URL")
+        from awarl.data.records import load_corpus
+        from awarl.search.bm25 import BM25Index
+
+        return BM25Index.build(load_corpus(path), **options)
+    raise SearchError(f"{text}: no such index folder or corpus file (give an index folder, a corpus.jsonl, "
+                      "or the http(s) URL of `awarl search serve`)")

@@ -7,15 +7,17 @@ Both return the same rows and the same float32 scores, ties broken by lower row 
   partitions it. Its cost grows with the corpus: about 80 ms per query at 21M passages before any
   term is scored.
 - `top_k_maxscore` (the default) touches only the query terms' postings and prunes with
-  MaxScore (Turtle & Flood, 1995): terms are visited from the highest upper bound (largest score
-  in the term's postings, stored at build) down; once the bounds of the terms left sum to less
-  than the current k-th best partial score, no passage outside the candidates can reach the top
-  k, so the remaining (usually long, low-idf) lists are only binary-searched for the candidates,
-  and candidates whose partial score plus the bounds left falls below it are dropped. The
-  survivors are then scored exactly as the exhaustive scorer does (float32, query-term order), so
-  ids and scores are bit-identical, not merely close.
+  MaxScore (Turtle & Flood, 1995) and impact-ordered champion lists: a threshold theta comes
+  from the exact scores of each term's best postings; terms whose upper bounds (largest score in
+  the term's postings, stored at build) sum below theta are non-essential (a passage holding only
+  them cannot make the top k); from each essential term only postings scoring at least
+  ``theta - (bounds of every other term)`` are read, a prefix of its champion list. The
+  candidates are then scored exactly as the exhaustive scorer does (float32 sums in query-term
+  order, each term's list binary-searched), so ids and scores are bit-identical, not merely
+  close. When the candidates would exceed 1/8 of the corpus (queries made only of very common
+  words), the exhaustive array is cheaper and is used.
 
-Partial scores are float64 and the pruning tests carry a relative margin far above float32
+Bounds are float64 and every pruning test carries a relative margin far above the float32
 rounding of a sum of a few hundred terms, so rounding can never prune a true top-k passage.
 """
 
@@ -80,48 +82,54 @@ def top_k_exhaustive(p: Postings, token_ids: np.ndarray, k: int) -> tuple[np.nda
     return best_of(cand, scores[cand], k)
 
 
-def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+SEED_ROWS = 64  # best postings per query term whose exact scores seed the threshold
+SHORT_LIST = 2048  # posting lists this short are scored whole (cheap), the rest are pruned
+DENSE_SHARE = 8  # more candidates than 1/8 of the corpus: the exhaustive array is cheaper
+
+
+def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int | None = DENSE_SHARE
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k touching only what can still reach it (see the module docstring);
+    ``dense_share=None`` never falls back to the exhaustive array (tests use it)."""
     if len(token_ids) == 0:
         return _EMPTY
+    if not p.nonnegative:
+        return top_k_exhaustive(p, token_ids, k)
     terms, counts = np.unique(token_ids, return_counts=True)
+    lengths = p.indptr[terms + 1] - p.indptr[terms]
     bounds = p.term_max[terms].astype(np.float64) * counts
-    order = np.argsort(-bounds, kind="stable")
-    # rest[j]: the most that terms order[j:] can add to any passage
-    rest = np.concatenate([np.cumsum(bounds[order][::-1])[::-1], [0.0]])
     margin = 1.0 + max(1e-4, 8.0 * len(token_ids) * 2.0**-24)
-    prune = p.nonnegative
-    cand = np.empty(0, dtype=np.int64)
-    part = np.empty(0, dtype=np.float64)
-    theta = 0.0
-    indptr, indices, data = p.indptr, p.indices, p.data
-    for j, u in enumerate(order):
-        start, end = int(indptr[terms[u]]), int(indptr[terms[u] + 1])
-        posting = indices[start:end]
-        weight = float(counts[u])
-        closed = prune and theta > 0 and rest[j] * margin < theta  # no new passage can make the top k
-        if closed and len(cand) < end - start:
-            pos = np.searchsorted(posting, cand)
-            hit = pos < len(posting)
-            hit[hit] = posting[pos[hit]] == cand[hit]
-            part[hit] += data[start + pos[hit]].astype(np.float64) * weight
-        else:
-            rows = posting.astype(np.int64)
-            vals = data[start:end].astype(np.float64) * weight
-            pos = np.searchsorted(cand, rows)
-            hit = pos < len(cand)
-            hit[hit] = cand[pos[hit]] == rows[hit]
-            part[pos[hit]] += vals[hit]
-            if not closed and not hit.all():
-                merged = np.concatenate([cand, rows[~hit]])
-                keep = np.argsort(merged, kind="stable")  # two sorted runs: a linear merge
-                cand, part = merged[keep], np.concatenate([part, vals[~hit]])[keep]
-        if prune and len(cand) >= k:
-            theta = max(theta, float(np.partition(part, len(part) - k)[len(part) - k]))
-            if theta > 0:
-                alive = (part + rest[j + 1]) * margin >= theta
-                if not alive.all():
-                    cand, part = cand[alive], part[alive]
-    scores = score_rows(p, token_ids, cand)
+    short = lengths <= SHORT_LIST
+    # 1. Every passage holding a rare (short-list) term is a candidate; with the best postings of
+    #    the long terms they give a threshold: the k-th best exact score among real passages, so
+    #    the true k-th best is at least as high.
+    exact = [p.indices[p.indptr[t] : p.indptr[t + 1]] for t in terms[short]]
+    seed = np.unique(np.concatenate(exact + [p.best_rows(int(t), SEED_ROWS) for t in terms[~short]]).astype(np.int64))
+    seed_scores = score_rows(p, token_ids, seed)
+    theta = float(np.partition(seed_scores, len(seed) - k)[len(seed) - k]) / margin if len(seed) >= k else 0.0
+    # 2. A passage outside the short lists scores at most the bounds of the long terms. MaxScore's
+    #    split: long terms whose bounds sum below theta (smallest first) cannot lift a passage into
+    #    the top k alone, so a candidate must hold one of the others, the essential terms, and
+    #    score at least `need` on it, since all the other long terms give at most their bounds.
+    long_terms, long_counts, long_bounds = terms[~short], counts[~short], bounds[~short]
+    order = np.argsort(long_bounds, kind="stable")
+    nonessential = np.cumsum(long_bounds[order]) * margin < theta
+    total = float(long_bounds.sum())
+    picks = []
+    size = 0
+    for u in order[~nonessential]:
+        need = (theta - (total - long_bounds[u]) * margin) / long_counts[u]
+        picks.append((int(long_terms[u]), need))
+        size += p.count_at_least(int(long_terms[u]), need)
+    if dense_share is not None and size * dense_share > p.num_docs:
+        return top_k_exhaustive(p, token_ids, k)
+    parts = [p.rows_at_least(t, need) for t, need in picks]
+    if parts:
+        more = np.setdiff1d(np.concatenate(parts).astype(np.int64), seed)
+        cand = np.concatenate([seed, more])
+        scores = np.concatenate([seed_scores, score_rows(p, token_ids, more)])
+    else:
+        cand, scores = seed, seed_scores
     rows, scores = best_of(cand, scores, k)
     if len(rows) < k and p.nonoccurrence is not None:
         rows, scores = _fill_nonoccurrence(p, token_ids, cand, rows, scores, k)

@@ -9,13 +9,26 @@ passage ids per query, the closed scope. ``GET /health`` and ``GET /passages/{id
 
 Concurrent requests are micro-batched: a single worker drains the queue (up to ``max_batch``
 queries, or whatever arrived within ``batch_wait_ms``) and answers them with one call to the
-retriever in a worker thread, so the event loop keeps accepting connections under load.
-Bad requests get a 4xx JSON body ``{"error": ..., "detail": ...}``.
+retriever in a worker thread, so the event loop keeps accepting connections under load. A
+request with more queries than ``max_batch`` is answered a slice at a time, each slice queued
+behind whatever arrived meanwhile, so one big request cannot hold the index for the others.
+
+Limits (each a 4xx in the JSON envelope ``{"error": ..., "detail": ...}``, never a 500): body
+bytes (413, checked before the body is read when Content-Length says so, and while reading
+otherwise), queries per request (413), characters per query (422), ``topk`` (422), and strict
+JSON types (``"topk": "3"`` or ``true`` is a 422, not a silent 3 or 1).
+
+`serve` with ``workers > 1`` loads the index once, then forks the workers: they share its
+memory-mapped pages (no copy per worker) and all serve the very same index even if the folder is
+rebuilt meanwhile, since a rebuild swaps in a new folder and never touches mapped files.
 """
 
 
 import asyncio
 import contextlib
+import os
+import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +45,8 @@ class ServerSettings:
     default_topk: int = 3  # used when a request has no "topk"
     max_topk: int = 100  # larger "topk" is a 422
     max_queries: int = 1024  # more queries in one request is a 413
+    max_query_chars: int = 2000  # a longer query is a 422 (a question is ~100; a 1 MB one took seconds)
+    max_body_bytes: int = 4 * 1024 * 1024  # a larger request body is a 413
     max_batch: int = 256  # most queries answered by one retriever call
     batch_wait_ms: float = 2.0  # how long the worker waits for more requests before searching
 
@@ -40,6 +55,8 @@ class ServerSettings:
             raise ValueError(f"need 1 <= default_topk <= max_topk, got {self.default_topk} and {self.max_topk}")
         if self.max_queries < 1 or self.max_batch < 1 or self.batch_wait_ms < 0:
             raise ValueError("max_queries and max_batch must be >= 1 and batch_wait_ms >= 0")
+        if self.max_query_chars < 1 or self.max_body_bytes < 1:
+            raise ValueError("max_query_chars and max_body_bytes must be >= 1")
 
 
 @dataclass
@@ -60,9 +77,16 @@ class _Batcher:
         self.batches = 0  # retriever calls made (exposed on /health)
 
     async def submit(self, queries: list[str], k: int, allowed: list[list[str]] | None) -> list[list[Hit]]:
-        job = _Job(queries, k, allowed, asyncio.get_running_loop().create_future())
-        await self.queue.put(job)
-        return await job.future
+        # One slice in the queue at a time per request: requests that arrive meanwhile get
+        # between the slices of a big one instead of waiting for all of it.
+        step = self.settings.max_batch
+        out: list[list[Hit]] = []
+        for i in range(0, max(len(queries), 1), step):
+            part = None if allowed is None else allowed[i : i + step]
+            job = _Job(queries[i : i + step], k, part, asyncio.get_running_loop().create_future())
+            await self.queue.put(job)
+            out.extend(await job.future)
+        return out
 
     async def run(self) -> None:
         while True:
@@ -122,17 +146,22 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
-    from pydantic import BaseModel, ConfigDict, Field
+    from typing import Annotated
+
+    from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, StringConstraints
 
     settings = settings or ServerSettings()
     batcher = _Batcher(retriever, settings)
+    Query = Annotated[StrictStr, StringConstraints(max_length=settings.max_query_chars)]
 
     class RetrieveRequest(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        queries: list[str]
-        topk: int | None = Field(default=None, ge=1, le=settings.max_topk)
-        return_scores: bool = False
-        allowed: list[list[str]] | None = None
+        """Search-R1's request, plus awarl's ``allowed`` (closed scope). Types are strict."""
+
+        model_config = ConfigDict(extra="forbid", strict=True)
+        queries: list[Query]
+        topk: StrictInt | None = Field(default=None, ge=1, le=settings.max_topk)
+        return_scores: StrictBool = False
+        allowed: list[list[StrictStr]] | None = None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -145,10 +174,11 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
                 await worker
 
     app = FastAPI(title="awarl retrieval", lifespan=lifespan)
+    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()]
+        detail = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"error": "invalid request body", "detail": detail})
 
     @app.exception_handler(HTTPException)
@@ -162,7 +192,7 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "kind": getattr(retriever, "kind", type(retriever).__name__), "passages": len(retriever),
-                "batches": batcher.batches}
+                "batches": batcher.batches, "worker": os.getpid()}
 
     @app.get("/passages/{pid}")
     def passage(pid: str) -> dict[str, str]:
@@ -194,12 +224,130 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
     return app
 
 
+class _BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` is a 413 in the JSON envelope. The
+    declared Content-Length is checked before reading; a chunked body is counted as it arrives."""
+
+    def __init__(self, app: Any, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._reject(send)
+            return
+        seen = 0
+        started = False
+
+        async def counting_receive() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._reject(send)
+
+    async def _reject(self, send: Any) -> None:
+        import json
+
+        body = json.dumps({"error": f"request body over the limit of {self.max_bytes} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
 def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, settings: ServerSettings | None = None,
-          log_level: str = "info") -> None:
-    """Serve until interrupted (the ``awarl search serve`` command)."""
+          log_level: str = "info", workers: int = 1) -> None:
+    """Serve until interrupted (the ``awarl search serve`` command). With ``workers > 1`` the
+    processes are forked from this one after the index is loaded, so they share its pages and
+    all serve the same index; they accept connections from one listening socket."""
     import uvicorn
 
-    uvicorn.run(create_app(retriever, settings), host=host, port=port, log_level=log_level)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    sock = bind(host, port)
+    config = uvicorn.Config(create_app(retriever, settings), log_level=log_level, lifespan="on")
+    if workers == 1:
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        finally:
+            sock.close()
+        return
+    children: set[int] = set()
+    stopping = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def spawn() -> None:
+        pid = os.fork()
+        if pid == 0:  # the worker: default signal handling, serve, never return into the parent's code
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            code = 0
+            try:
+                uvicorn.Server(config).run(sockets=[sock])
+            except BaseException:  # noqa: BLE001 - a worker must exit, whatever happened
+                code = 1
+            os._exit(code)
+        children.add(pid)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for _ in range(workers):
+            spawn()
+        while children:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            children.discard(pid)
+            if not stopping:  # a worker died (e.g. killed): replace it, from the same loaded index
+                spawn()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket, or a `ValueError` that says why not (port range, address in use)."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range: use 1-65535 (0 picks a free port)")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 @contextlib.contextmanager
@@ -209,13 +357,9 @@ def background_server(retriever: Retriever, host: str = "127.0.0.1", port: int =
 
     ``port=0`` picks a free port. Used by tests and the benchmark; `serve` is for production.
     """
-    import socket
-
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock = bind(host, port)
     config = uvicorn.Config(create_app(retriever, settings), log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -4,6 +4,8 @@ closed scope, empty and stop-word-only queries, and k beyond the matches."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 from awarl.data.records import Passage
 from awarl.search.bm25 import BM25Index, BM25Settings
+from awarl.search.postings import build_champions
 from awarl.search.scoring import best_of, score_all, score_rows, top_k_exhaustive, top_k_maxscore
 
 WORDS = ["paris", "rome", "river", "film", "score", "composer", "alien", "born", "city", "capital", "war",
@@ -22,8 +25,14 @@ corpora = st.lists(texts, min_size=1, max_size=40).filter(lambda ts: any(set(t.s
 queries = st.lists(st.sampled_from(WORDS), min_size=0, max_size=8).map(" ".join)
 
 
-def _index(docs: list[str], method: str = "lucene") -> BM25Index:
-    return BM25Index.build([Passage(f"d{i}", "", t) for i, t in enumerate(docs)], BM25Settings(method=method))
+def _index(docs: list[str], method: str = "lucene", champions: bool = False) -> BM25Index:
+    """With ``champions``, every list longer than one posting gets a champion list of half its
+    postings, so tiny corpora exercise the champion prefixes the big ones use."""
+    index = BM25Index.build([Passage(f"d{i}", "", t) for i, t in enumerate(docs)], BM25Settings(method=method))
+    if champions:
+        p = index.postings
+        p.champ_ptr, p.champ_rows, p.champ_neg = build_champions(p.data, p.indices, p.indptr, min_df=1, share=2)
+    return index
 
 
 def _reference(index: BM25Index, ids: np.ndarray, k: int):
@@ -35,13 +44,14 @@ def _reference(index: BM25Index, ids: np.ndarray, k: int):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=corpora, qs=st.lists(queries, min_size=1, max_size=6), k=st.integers(1, 50), method=st.sampled_from(METHODS))
 def test_maxscore_equals_exhaustive_on_random_corpora(docs, qs, k, method):
-    index = _index(docs, method)
+    index = _index(docs, method, champions=True)
+    maxscore_pruned_only = partial(top_k_maxscore, dense_share=None)  # no fallback to the exhaustive array
     for ids in index._query_token_ids(qs):
         want_rows, want_scores = _reference(index, ids, k)
-        for top_k in (top_k_exhaustive, top_k_maxscore):
+        for top_k in (top_k_exhaustive, top_k_maxscore, maxscore_pruned_only):
             rows, scores = top_k(index.postings, ids, k)
-            assert rows.tolist() == want_rows.tolist(), top_k.__name__
-            assert scores.tobytes() == want_scores.tobytes(), top_k.__name__  # bit-identical
+            assert rows.tolist() == want_rows.tolist(), top_k
+            assert scores.tobytes() == want_scores.tobytes(), top_k  # bit-identical
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -89,10 +99,11 @@ def test_maxscore_equals_exhaustive_on_a_zipfian_corpus():
     docs = [" ".join(vocab[rng.choice(len(vocab), size=rng.integers(5, 60), p=weights)]) for _ in range(6000)]
     index = _index(docs)
     qs = [" ".join(vocab[rng.choice(len(vocab), size=rng.integers(1, 9), p=weights)]) for _ in range(150)]
+    assert (np.diff(index.postings.champ_ptr) > 0).any()  # long lists have champion lists
     for ids in index._query_token_ids(qs):
         for k in (1, 10, 100):
             want = _reference(index, ids, k)
-            got = top_k_maxscore(index.postings, ids, k)
+            got = top_k_maxscore(index.postings, ids, k, dense_share=None)
             assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
 
 

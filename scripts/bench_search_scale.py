@@ -1,0 +1,291 @@
+"""How BM25 search cost grows with the corpus: MaxScore vs the exhaustive scorer vs bm25s.
+
+A synthetic corpus stands in for wiki-18 (21M passages of ~100 words): passages of 60-140 words
+drawn from a Zipf-Mandelbrot vocabulary (p(rank) ~ (rank + 50)^-1.7 over 3M possible words:
+about 110k distinct terms at 100k passages, 400k at 1M, 1.3M at 10M; the most common word is
+1.4% of all words, like a frequent non-stop word). Queries are 3-8 words taken from random passages (as a question
+names the entities of its evidence), so every query matches something, with the usual mix of
+rare and common terms. For each size: streaming build (time, peak memory of the build process,
+disk), memory of a loaded index, and p50/p95 latency and queries/s at top-10 for batch 1 and 32,
+for MaxScore, the exhaustive scorer and bm25s's own retrieve, all in this one run. A log-log
+fit of p50 against corpus size extrapolates to 21M passages.
+
+    python scripts/bench_search_scale.py --sizes 100k,1M --queries 300
+    python scripts/bench_search_scale.py --sizes 100k,1M,3M,10M --time-cap-min 90   # big, run late
+
+Corpora and indexes are cached under --work (default work/bench-scale); sizes that would start
+after --time-cap-min are skipped and listed. Pyserini (Lucene BM25) runs beside them only when
+``pyserini`` imports (it needs Java 21); see docs/search.md for how to set it up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+VOCAB_SIZE = 3_000_000
+ZIPF_S = 1.7
+ZIPF_Q = 50  # Zipf-Mandelbrot offset: flattens the head, as removing stop words does
+TARGET_N = 21_000_000  # wiki-18
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().lower()
+    mult = {"k": 1_000, "m": 1_000_000}.get(text[-1], 1)
+    return int(float(text[:-1] if text[-1] in "km" else text) * mult)
+
+
+def word(i: int) -> str:
+    """A pronounceable-enough pseudo-word per rank (letters only; stemming leaves most alone)."""
+    letters = "bcdfghjklmnpqrstvwxz"
+    vowels = "aeiou"
+    out = []
+    i += 1
+    while i:
+        i, r = divmod(i, 100)
+        out.append(letters[r % 20] + vowels[r // 20])
+    return "".join(out) + "n"
+
+
+def write_corpus(path: Path, n: int, seed: int = 0) -> None:
+    """Stream ``n`` passages to ``path`` (JSONL), 20k at a time."""
+    rng = np.random.default_rng(seed)
+    ranks = np.arange(1, VOCAB_SIZE + 1, dtype=np.float64)
+    cdf = np.cumsum((ranks + ZIPF_Q) ** -ZIPF_S)
+    cdf /= cdf[-1]
+    names: dict[int, str] = {}
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for start in range(0, n, 20_000):
+            m = min(20_000, n - start)
+            lengths = rng.integers(60, 141, size=m)
+            ids = np.searchsorted(cdf, rng.random(int(lengths.sum())))
+            for w in np.unique(ids):
+                if int(w) not in names:
+                    names[int(w)] = word(int(w))
+            words = [names[int(w)] for w in ids]
+            pos = 0
+            lines = []
+            for j, ln in enumerate(lengths):
+                text = " ".join(words[pos : pos + ln])
+                pos += ln
+                lines.append(json.dumps({"id": f"p{start + j}", "title": words[pos - ln].title(), "text": text}))
+            fh.write("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
+def sample_queries(corpus: Path, n_passages: int, count: int, seed: int = 1) -> list[str]:
+    rng = np.random.default_rng(seed)
+    wanted = set(rng.choice(n_passages, size=count, replace=False).tolist())
+    out = []
+    with corpus.open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if i in wanted:
+                words = json.loads(line)["text"].split()
+                pick = rng.choice(len(words), size=int(rng.integers(3, 9)), replace=False)
+                out.append(" ".join(words[p] for p in sorted(pick)))
+    rng.shuffle(out)
+    return out
+
+
+# --- build in a child process, so its peak memory is its own ----------------------------------
+
+def _anon_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    return 0
+
+
+def build_child(corpus: str, out: str) -> None:
+    from awarl.data.records import Passage, iter_jsonl
+    from awarl.search.bm25 import BM25Index
+
+    peak = [0]
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _anon_kb())
+            time.sleep(0.05)
+
+    threading.Thread(target=watch, daemon=True).start()
+    t0 = time.perf_counter()
+    n = BM25Index.build_folder((Passage.from_dict(row) for _, row in iter_jsonl(corpus)), out)
+    seconds = time.perf_counter() - t0
+    stop.set()
+    peak[0] = max(peak[0], _anon_kb())
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"passages": n, "seconds": seconds, "peak_anon_mb": peak[0] / 1024, "peak_rss_mb": maxrss / 1024}))
+
+
+def build(corpus: Path, out: Path) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--build-child", str(corpus), str(out)], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if proc.returncode:
+        raise SystemExit(f"build of {corpus} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def disk_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
+
+
+def memory_mb() -> tuple[float, float]:
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(("RssAnon:", "RssFile:")):
+            key, val = line.split(":")
+            fields[key] = int(val.split()[0]) / 1024
+    return fields.get("RssAnon", 0.0), fields.get("RssFile", 0.0)
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+def time_calls(fn, queries: list[str], batch: int, budget_s: float) -> dict:
+    """Per-call latency of fn(batch of queries) over the query list (cycled until budget_s)."""
+    lat = []
+    spent = 0.0
+    i = 0
+    while i < len(queries) and (spent < budget_s or len(lat) < 5):
+        qs = queries[i : i + batch]
+        t0 = time.perf_counter()
+        fn(qs)
+        dt = time.perf_counter() - t0
+        lat.append(dt)
+        spent += dt
+        i += batch
+    done = min(i, len(queries))
+    arr = np.asarray(lat) * 1000
+    return {"p50_ms": float(np.percentile(arr, 50)), "p95_ms": float(np.percentile(arr, 95)), "qps": done / spent, "calls": len(lat)}
+
+
+def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
+    from awarl.search.bm25 import BM25Index
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    corpus = work / f"corpus-{n}.jsonl"
+    if not corpus.exists():
+        t0 = time.perf_counter()
+        write_corpus(corpus, n)
+        print(f"  corpus {n:,}: written in {time.perf_counter() - t0:.0f}s", flush=True)
+    out = work / f"bm25-{n}"
+    built = build(corpus, out)
+    print(f"  build {n:,}: {built['seconds']:.1f}s, peak anon {built['peak_anon_mb']:.0f} MB, peak RSS {built['peak_rss_mb']:.0f} MB",
+          flush=True)
+    queries = sample_queries(corpus, n, args.queries)
+    anon0, file0 = memory_mb()
+    index = BM25Index.load(out)
+    vocab = len(index.postings.vocab)
+    index.search(queries[:20], 10)  # page in what the queries touch
+    anon1, file1 = memory_mb()
+    row = {"n": n, "vocab": vocab, "build_s": built["seconds"], "build_peak_anon_mb": built["peak_anon_mb"],
+           "build_peak_rss_mb": built["peak_rss_mb"], "disk_mb": disk_mb(out), "load_anon_mb": anon1 - anon0,
+           "load_file_mb": file1 - file0, "corpus_mb": corpus.stat().st_size / 2**20}
+    tokenizer = index.tokenizer
+
+    def run(scorer: str):
+        def call(qs):
+            index.scorer = scorer
+            index.search(qs, 10)
+        return call
+
+    systems = {"maxscore": run("maxscore"), "exhaustive": run("exhaustive")}
+    if n <= args.bm25s_max:
+        import bm25s
+
+        model = bm25s.BM25.load(out / "bm25s", mmap=True, load_corpus=False, show_progress=False)
+        systems["bm25s"] = lambda qs: model.retrieve([tokenizer.terms(q) or ["zzzz"] for q in qs], k=10, show_progress=False,
+                                                     n_threads=1)
+    for batch in (1, 32):
+        for name, fn in systems.items():  # interleaved per size, so load on the shared CPU hits all alike
+            res = time_calls(fn, queries, batch, args.budget_s)
+            row[f"{name}_b{batch}"] = res
+            print(f"  {n:>10,} {name:<10} batch {batch:>2}: p50 {res['p50_ms']:8.2f} ms  p95 {res['p95_ms']:8.2f} ms  "
+                  f"{res['qps']:8.1f} q/s", flush=True)
+    rows.append(row)
+    del index
+
+
+def fit(rows: list[dict], key: str) -> tuple[float, float] | None:
+    pts = [(r["n"], r[key]["p50_ms"]) for r in rows if key in r]
+    if len(pts) < 2:
+        return None
+    x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(slope), float(np.exp(intercept + slope * np.log(TARGET_N)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100k,1M", help="comma-separated corpus sizes (100k, 1M, 3M, 10M)")
+    parser.add_argument("--queries", type=int, default=300, help="queries per size")
+    parser.add_argument("--budget-s", type=float, default=20.0, help="most seconds timed per system, batch and size")
+    parser.add_argument("--bm25s-max", type=parse_size, default=parse_size("3M"), help="largest size bm25s runs at")
+    parser.add_argument("--time-cap-min", type=float, default=60.0, help="skip sizes that would start after this")
+    parser.add_argument("--work", default=str(ROOT / "work" / "bench-scale"))
+    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--build-child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.build_child:
+        build_child(*args.build_child)
+        return
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    print(f"machine: {os.cpu_count()} CPU cores; python {sys.version.split()[0]}; numpy {np.__version__}", flush=True)
+    try:
+        import pyserini  # noqa: F401
+        print("pyserini is installed but not wired for this synthetic corpus; see docs/search.md")
+    except ImportError:
+        print("pyserini: not installed (needs Java 21) — skipped; see docs/search.md to run it beside these")
+    rows: list[dict] = []
+    t_start = time.perf_counter()
+    skipped = []
+    for n in sizes:
+        if (time.perf_counter() - t_start) / 60 > args.time_cap_min:
+            skipped.append(n)
+            continue
+        print(f"size {n:,}", flush=True)
+        bench_size(n, args, rows)
+    print()
+    print("| passages | distinct terms | build s | build peak anon MB | disk MB | loaded anon MB | "
+          "MaxScore p50/p95 ms (b1) | exhaustive p50/p95 ms (b1) | bm25s p50 ms (b1) | MaxScore q/s b1 / b32 | "
+          "exhaustive q/s b1 / b32 | bm25s q/s b1 / b32 | MaxScore / exhaustive p50 |")
+    print("|" + "---|" * 13)
+    for r in rows:
+        ms, ex = r["maxscore_b1"], r["exhaustive_b1"]
+        b = r.get("bm25s_b1")
+        print(f"| {r['n']:,} | {r['vocab']:,} | {r['build_s']:.0f} | {r['build_peak_anon_mb']:.0f} | {r['disk_mb']:.0f} | "
+              f"{r['load_anon_mb']:.0f} | {ms['p50_ms']:.2f} / {ms['p95_ms']:.2f} | {ex['p50_ms']:.2f} / {ex['p95_ms']:.2f} | "
+              f"{b['p50_ms']:.2f} | " if b else "– | ", end="")
+        print(f"{ms['qps']:.0f} / {r['maxscore_b32']['qps']:.0f} | {ex['qps']:.0f} / {r['exhaustive_b32']['qps']:.0f} | "
+              + (f"{b['qps']:.0f} / {r['bm25s_b32']['qps']:.0f}" if b else "–")
+              + f" | {ms['p50_ms'] / ex['p50_ms']:.2f} |")
+    for key in ("maxscore_b1", "exhaustive_b1"):
+        f = fit(rows, key)
+        if f:
+            print(f"fit {key}: p50 ∝ N^{f[0]:.2f}; extrapolated p50 at {TARGET_N:,} passages: {f[1]:.1f} ms")
+    if len(rows) >= 2:
+        growth = rows[-1]["maxscore_b1"]["p50_ms"] / rows[0]["maxscore_b1"]["p50_ms"]
+        print(f"MaxScore p50 growth {rows[0]['n']:,} -> {rows[-1]['n']:,}: {growth:.1f}x "
+              f"(exhaustive: {rows[-1]['exhaustive_b1']['p50_ms'] / rows[0]['exhaustive_b1']['p50_ms']:.1f}x)")
+    if skipped:
+        print(f"not run (time cap {args.time_cap_min:.0f} min): {', '.join(f'{n:,}' for n in skipped)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
