@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from awarl.data.records import DataError, Passage, QARecord, iter_jsonl, json_type, parse_json, passage_id, read_text
+from awarl.data.records import (DataError, Passage, QARecord, iter_jsonl, json_type, kind_name, parse_json, passage_id,
+                                read_text)
 
 DATASETS = ("hotpotqa", "2wiki", "musique", "flashrag")
 
@@ -120,7 +121,7 @@ def _field(row: dict[str, Any], name: str, kind: type | tuple[type, ...], path: 
     value = row[name]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise DataError(path, where, f"expected {'/'.join(k.__name__ for k in kinds)}, got {type(value).__name__}", name)
+        raise DataError(path, where, f"expected {kind_name(kinds)}, got {json_type(value)}", name)
     return value
 
 

@@ -119,8 +119,8 @@ _RECORD_FIELDS = {"id", "question", "answers", "dataset", "answerable", "support
 def _require(row: dict[str, Any], name: str, kind: type, path: str | Path, where: str) -> None:
     if name not in row:
         raise DataError(path, where, "missing required field", name)
-    if not isinstance(row[name], kind):
-        raise DataError(path, where, f"expected {kind.__name__}, got {type(row[name]).__name__}", name)
+    if not isinstance(row[name], kind) or (isinstance(row[name], bool) and kind is not bool):
+        raise DataError(path, where, f"expected {kind_name(kind)}, got {json_type(row[name])}", name)
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -216,6 +216,13 @@ def read_json(path: str | Path, missing: str = "file not found") -> Any:
     that are not UTF-8 and broken JSON are each a `DataError` naming the file."""
     path = Path(path)
     return parse_json(path, read_text(path, missing))
+
+
+def kind_name(kind: type | tuple[type, ...]) -> str:
+    """What a field must be, in JSON words: ``kind_name((str, int))`` -> ``'a string or a number'``."""
+    names = {str: "a string", list: "a list", dict: "an object", int: "a number", float: "a number", bool: "true/false"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
 
 
 def json_type(value: Any) -> str:

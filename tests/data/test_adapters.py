@@ -76,7 +76,7 @@ def test_flashrag(tmp_path):
     [
         ('{"id": "1", "question": "q"}\n', r"line 1, field 'golden_answers': missing"),
         ('{"id": "1", "question": "q", "golden_answers": ["a"]}\n{broken\n', r"line 2: broken JSON"),
-        ('{"id": "1", "question": 3, "golden_answers": ["a"]}\n', r"field 'question': expected str"),
+        ('{"id": "1", "question": 3, "golden_answers": ["a"]}\n', r"field 'question': expected a string, got a number"),
     ],
 )
 def test_flashrag_bad_input(tmp_path, content, match):
