@@ -1,4 +1,4 @@
-"""Reliability metrics (DESIGN §7): precision, accuracy, RA-F1, refusal rate, EM, F1, and on
+"""Reliability metrics (docs/data.md, "Metrics"): precision, accuracy, RA-F1, refusal rate, EM, F1, and on
 data with unanswerable questions, abstain-recall and over-refusal.
 
 - Precision P = correct / answered (0 when nothing was answered)

@@ -1,4 +1,4 @@
-"""The dynamic refusal penalty P_t (DESIGN §6).
+"""The dynamic refusal penalty P_t (docs/rewards.md, "Formulas").
 
 Per generation batch t: ``E_t = observed − expected`` refusal rate, smoothed as
 ``Ē_t = β·Ē_{t−1} + (1 − β)·E_t`` (Ē_0 = 0), then quantized in steps of τ with a dead zone

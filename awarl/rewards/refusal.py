@@ -1,6 +1,6 @@
 """Refusal shaping: the base reward of abstaining and the batch's expected refusal rate.
 
-DESIGN §6: ``R_base(q) = 1 - max(p_q, p_clip)^gamma``, where ``p_q`` is the capability
+docs/rewards.md ("Formulas"): ``R_base(q) = 1 - max(p_q, p_clip)^gamma``, where ``p_q`` is the capability
 estimate (share of the base model's rollouts judged correct) and ``gamma`` in (0, 1] is the
 courage factor. Refusing is the better bet for a query when ``R_base(q)`` beats the expected
 reward of answering, ``p_q * r_correct + (1 - p_q) * r_wrong``; the expected refusal rate of a
