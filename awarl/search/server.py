@@ -146,6 +146,7 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
     from typing import Annotated
 
     from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, StringConstraints
@@ -181,9 +182,12 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
         detail = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"error": "invalid request body", "detail": detail})
 
-    @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse(status_code=exc.status_code, content={"error": exc.detail})
+    @app.exception_handler(StarletteHTTPException)  # FastAPI's own (a body it cannot decode) and ours
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI: "There was an error parsing the body" (e.g. not UTF-8)
+            return JSONResponse(status_code=422, content={"error": "invalid request body", "detail": [{"loc": ["body"],
+                                "msg": str(exc.detail)}]})
+        return JSONResponse(status_code=exc.status_code, content={"error": str(exc.detail)})
 
     @app.exception_handler(Exception)
     async def _server_error(request: Request, exc: Exception) -> JSONResponse:
@@ -216,7 +220,7 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
         try:
             hits = await batcher.submit(req.queries, k, req.allowed)
         except SearchError as exc:
-            raise HTTPException(400, str(exc)) from None
+            raise HTTPException(422, str(exc)) from None
         if req.return_scores:
             return {"result": [[{"document": document(h), "score": h.score} for h in row] for row in hits]}
         return {"result": [[document(h) for h in row] for row in hits]}
@@ -226,7 +230,8 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
 
 class _BodyLimit:
     """ASGI middleware: a request body over ``max_bytes`` is a 413 in the JSON envelope. The
-    declared Content-Length is checked before reading; a chunked body is counted as it arrives."""
+    declared Content-Length is checked before reading; a body without one (chunked) is read here,
+    counting, up to the limit, then handed on (the app would buffer it whole anyway)."""
 
     def __init__(self, app: Any, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -236,31 +241,35 @@ class _BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await self._reject(send)
-            return
-        seen = 0
-        started = False
-
-        async def counting_receive() -> dict:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        async def tracking_send(message: dict) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except _TooLarge:
-            if not started:
+        if declared is not None:
+            if not declared.isdigit() or int(declared) > self.max_bytes:
                 await self._reject(send)
+                return
+            await self.app(scope, receive, send)
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                await self._reject(send)
+                return
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
 
     async def _reject(self, send: Any) -> None:
         import json
@@ -269,10 +278,6 @@ class _BodyLimit:
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, settings: ServerSettings | None = None,
