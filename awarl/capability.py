@@ -21,6 +21,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from awarl.agent.options import BACKEND, RETRIEVAL, ROLLOUT, backend_options, retrieval_options, rollout_options
+from awarl.agent.settings import RolloutSettings
 from awarl.cli_errors import fail
 from awarl.data.records import DataError, QARecord, append_rows, drop_torn_tail, iter_jsonl, load_records, write_jsonl
 
@@ -30,14 +32,17 @@ console = Console(stderr=True)
 
 @dataclass
 class CapabilityConfig:
-    """One estimation run."""
+    """One estimation run. The agent is ``rollout`` (the recipe's section: same prompt, tool, budgets,
+    metric and refusal phrases as training); sampling (``k``, ``temperature``) is this stage's own."""
 
     model: str
-    """Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."""
+    """Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL (the checkpoint GRPO starts from)."""
     data: Path
     """records.jsonl to estimate."""
     out: Path
     """Output JSONL: the records with ``p`` and ``capability`` (a shard's file when ``shard`` is set)."""
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    """The agent, exactly as training runs it; recorded in every output row."""
     k: int = 8
     """Rollouts per query."""
     temperature: float = 1.0
@@ -48,22 +53,12 @@ class CapabilityConfig:
     """Saved index folder to search."""
     corpus: Path | None = None
     """corpus.jsonl to index with BM25 (default: the one beside ``data``)."""
-    scope: str = "closed"
-    """closed: each question searches its own passages; global: the whole corpus."""
-    topk: int = 3
-    """Passages per search."""
-    max_searches: int = 4
-    """Searches per rollout before the tool refuses."""
-    max_turns: int = 4
-    """Tool-calling rounds per rollout."""
-    max_completion_tokens: int = 1024
-    """Token budget of a whole rollout after the prompt."""
+    retriever_url: str | None = None
+    """A running `awarl search serve` to search instead."""
     max_concurrent: int = 64
     """Rollouts in flight at once (K of a query are adjacent, so about max_concurrent / K queries)."""
     seed: int = 0
     """Sampling seed."""
-    metric: str = "em"
-    """What counts as correct: em or f1 (F1 >= 0.5)."""
     trajectories: Path | None = None
     """Also write every rollout's trajectory here (JSONL)."""
     backend_options: dict[str, Any] = field(default_factory=dict)
@@ -102,10 +97,10 @@ def shard_path(out: Path, i: int, n: int) -> Path:
     return out.with_name(f"{out.stem}.shard{i}of{n}{out.suffix or '.jsonl'}")
 
 
-def read_done(path: Path, k: int | None = None, model: str | None = None,
-              temperature: float | None = None) -> dict[str, dict[str, Any]]:
+def read_done(path: Path, config: CapabilityConfig | None = None) -> dict[str, dict[str, Any]]:
     """Rows already written to an output file, by id. A broken last line (a crash mid-write) is cut
-    off; a broken line anywhere else, or rows estimated with another K, model or temperature, are errors."""
+    off; a broken line anywhere else, a repeated id, or rows estimated with another K, model,
+    temperature or rollout settings are errors."""
     if not path.exists():
         return {}
     drop_torn_tail(path)
@@ -113,13 +108,24 @@ def read_done(path: Path, k: int | None = None, model: str | None = None,
     for lineno, row in iter_jsonl(path):
         if "id" not in row or "p" not in row:
             raise DataError(path, f"line {lineno}", "not a capability row (needs id and p)", "p")
-        cap = row.get("capability", {})
-        for name, want in (("k", k), ("model", model), ("temperature", temperature)):
-            if want is not None and cap.get(name) != want:
-                raise DataError(path, f"line {lineno}", f"estimated with {name}={cap.get(name)!r}, this run uses "
-                                f"{name}={want!r}; use the same settings or a new --out", f"capability.{name}")
+        if row["id"] in done:
+            raise DataError(path, f"line {lineno}", f"id {row['id']!r} appears twice; this file mixes two runs", "id")
+        if config is not None:
+            _check_row_settings(path, lineno, row.get("capability", {}), config)
         done[row["id"]] = row
     return done
+
+
+def _check_row_settings(path: Path, lineno: int, cap: dict[str, Any], config: CapabilityConfig) -> None:
+    for name, want in (("k", config.k), ("model", config.model), ("temperature", config.temperature)):
+        if cap.get(name) != want:
+            raise DataError(path, f"line {lineno}", f"estimated with {name}={cap.get(name)!r}, this run uses "
+                            f"{name}={want!r}; use the same settings or a new --out", f"capability.{name}")
+    diff = config.rollout.mismatch(cap.get("rollout"))
+    if diff:
+        raise DataError(path, f"line {lineno}", f"estimated under other rollout settings ({'; '.join(diff)}; "
+                        "recorded vs this run); resume with the same settings (--config the same recipe) or "
+                        "write to a new --out", "capability.rollout")
 
 
 def query_stats(record: QARecord, trajectories: Sequence[Any], config: CapabilityConfig) -> dict[str, Any]:
@@ -147,6 +153,7 @@ def query_stats(record: QARecord, trajectories: Sequence[Any], config: Capabilit
             "seconds": sum(t.seconds for t in trajectories),
             "model": config.model,
             "temperature": config.temperature,
+            "rollout": config.rollout.resolved(),
         },
     }
 
@@ -163,8 +170,8 @@ class EstimateResult:
 
 def estimate(config: CapabilityConfig, *, backend: Any = None, progress: bool = True) -> EstimateResult:
     """Run K rollouts per query not yet in the output and append one row per query."""
-    from awarl.agent.runner import Rollout, Runner, RunnerConfig
-    from awarl.agent.setup import check_scope, open_retriever, search_env_factory
+    from awarl.agent.runner import Rollout
+    from awarl.agent.setup import build_runner, check_scope, resolve_retriever
 
     records = load_records(config.data)
     _check_unique(records, config.data)
@@ -172,23 +179,20 @@ def estimate(config: CapabilityConfig, *, backend: Any = None, progress: bool = 
         i, n = config.shard
         records = records[i::n]
     out = shard_path(config.out, *config.shard) if config.shard else config.out
-    done = read_done(out, config.k, config.model, config.temperature)
+    done = read_done(out, config)
     todo = [r for r in records if r.id not in done]
     if config.trajectories is not None:
         _keep_trajectories_of(config.trajectories, set(done))
     if not todo:
         return EstimateResult(out, len(records), len(records), 0, 0, 0.0)
-    check_scope(todo, config.scope, config.data)
-    retriever = open_retriever(config.index, config.corpus, data=config.data)
-    env = search_env_factory(retriever, scope=config.scope, topk=config.topk, max_searches=config.max_searches)
+    check_scope(todo, config.rollout.scope, config.data)
+    retriever = resolve_retriever(config.index, config.corpus, config.retriever_url, data=config.data)
     if backend is None:
         from awarl.llm.spec import load_backend
 
         backend = load_backend(config.model, seed=config.seed, **config.backend_options)
-    runner = Runner(backend, env, RunnerConfig(
-        max_turns=config.max_turns, max_completion_tokens=config.max_completion_tokens, temperature=config.temperature,
-        max_concurrent=config.max_concurrent, seed=config.seed, metric=config.metric,  # type: ignore[arg-type]
-    ))
+    runner = build_runner(backend, retriever, config.rollout, temperature=config.temperature, seed=config.seed,
+                          max_concurrent=config.max_concurrent)
     by_id = {r.id: r for r in todo}
     pending: dict[str, list[Any]] = {}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -310,38 +314,35 @@ class _Progress:
 
 
 @app.command("estimate")
+@rollout_options
+@retrieval_options
+@backend_options
 def estimate_command(
     model: str = typer.Option(..., "--model", help="Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."),
     data: Path = typer.Option(..., "--data", help="records.jsonl to estimate (from `awarl data prepare`)."),
     out: Path = typer.Option(..., "--out", help="Output JSONL (records + p + capability); resumed if it exists."),
     k: int = typer.Option(8, "--k", help="Rollouts per query."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (GRPO samples at 1.0)."),
     shard: str = typer.Option(None, "--shard", help="i/n: estimate every n-th record from i; writes OUT.shard{i}of{n}.jsonl."),
-    index: Path = typer.Option(None, "--index", help="Saved index folder to search."),
-    corpus: Path = typer.Option(None, "--corpus", help="corpus.jsonl to index with BM25 (default: beside --data)."),
-    scope: str = typer.Option("closed", "--scope", help="closed (each question's own passages) or global."),
-    topk: int = typer.Option(3, "--topk", help="Passages per search."),
-    max_turns: int = typer.Option(4, "--max-turns", help="Tool-calling rounds per rollout."),
-    max_tokens: int = typer.Option(1024, "--max-tokens", help="Token budget of a rollout after the prompt."),
     concurrency: int = typer.Option(64, "--concurrency", help="Rollouts in flight at once."),
-    batch_size: int = typer.Option(32, "--batch-size", help="transformers backend: rows per generate call."),
-    device: str = typer.Option("auto", "--device", help="transformers backend: auto, cpu, cuda, cuda:N."),
-    dtype: str = typer.Option("auto", "--dtype", help="Weights dtype: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32."),
-    tensor_parallel: int = typer.Option(1, "--tensor-parallel-size", help="vLLM backend: GPUs per engine."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     trajectories: Path = typer.Option(None, "--trajectories", help="Also write every rollout's trajectory (JSONL)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    rollout: RolloutSettings = ROLLOUT,
+    retrieval: dict = RETRIEVAL,
+    backend_options: dict = BACKEND,
 ) -> None:
-    """Estimate p_i = share of K rollouts judged correct, for every query in --data."""
+    """Estimate p_i = share of K rollouts judged correct, for every query in --data.
+
+    Run it on the checkpoint GRPO starts from, with --config the training recipe, so that p_i describes the agent training shapes (the rows record the settings; `awarl train grpo` refuses others).
+    """
     from awarl.llm.base import BackendError
 
     try:
         config = CapabilityConfig(
-            model=model, data=data, out=out, k=k, temperature=temperature, shard=parse_shard(shard), index=index,
-            corpus=corpus, scope=scope, topk=topk, max_turns=max_turns, max_completion_tokens=max_tokens,
-            max_concurrent=concurrency, seed=seed, trajectories=trajectories,
-            backend_options={"device": device, "batch_size": batch_size, "dtype": dtype,
-                             "tensor_parallel_size": tensor_parallel},
+            model=model, data=data, out=out, rollout=rollout, k=k, temperature=temperature, shard=parse_shard(shard),
+            max_concurrent=concurrency, seed=seed, trajectories=trajectories, backend_options=backend_options,
+            **retrieval,
         )
         result = estimate(config, progress=not no_progress)
     except (DataError, BackendError, ValueError) as exc:

@@ -75,14 +75,15 @@ def main() -> None:
     import torch
 
     from awarl.agent.runner import Rollout, Runner, RunnerConfig
-    from awarl.agent.setup import search_env_factory
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.settings import RolloutSettings
     from awarl.data.adapters import load_dataset_file
     from awarl.llm.hf import HFGenerator
     from awarl.search.bm25 import BM25Index
 
     records, passages = load_dataset_file("hotpotqa", SAMPLES / "hotpotqa_dev_distractor_sample.json")
     records = records[: args.questions]
-    env = search_env_factory(BM25Index.build(passages), scope="closed", topk=2, max_tokens=40)
+    env = search_env_factory(BM25Index.build(passages), RolloutSettings(scope="closed", topk=2, passage_words=40))
     model_dir = args.model or tiny_model(args.cache)
     top = max(args.concurrency)
     if args.qwen05b:
@@ -92,7 +93,7 @@ def main() -> None:
     print(f"# model: {backend.name}  device: {args.device}  torch threads: {torch.get_num_threads()}  "
           f"rollouts per setting: {len(records)}  budget: {args.max_tokens} tokens", file=sys.stderr)
 
-    Runner(backend, env, RunnerConfig(max_concurrent=2, max_completion_tokens=32)).run([Rollout(records[0])])  # warm-up
+    Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_completion_tokens=32), max_concurrent=2)).run([Rollout(records[0])])  # warm-up
     settings = sorted(set(args.concurrency) | {1})  # one conversation at a time is the baseline
     best: dict[int, tuple[float, float]] = {}
     stats: dict[int, tuple[int, float]] = {}
@@ -100,8 +101,7 @@ def main() -> None:
     # shared machine hits one round of every setting rather than one setting.
     for _ in range(args.repeats):
         for concurrency in settings:
-            runner = Runner(backend, env, RunnerConfig(max_turns=2, max_completion_tokens=args.max_tokens,
-                                                       max_concurrent=concurrency))
+            runner = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=2, max_completion_tokens=args.max_tokens), max_concurrent=concurrency))
             wall, cpu = time.perf_counter(), time.process_time()
             trajectories = runner.run([Rollout(r) for r in records])
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

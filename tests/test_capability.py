@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from awarl.agent.settings import RolloutSettings
 from typer.testing import CliRunner
 
 from awarl.capability import CapabilityConfig, estimate, merge, read_done, shard_path
@@ -70,8 +72,9 @@ class CountingFirstTurns(CrashAfterFirstRow):
 def test_estimate_k2_with_resume_after_crash(prepared, backend, tmp_path):
     out = tmp_path / "p.jsonl"
     traj = tmp_path / "traj.jsonl"
-    config = CapabilityConfig(model="tiny", data=prepared, out=out, k=2, temperature=1.0, max_turns=2,
-                              max_completion_tokens=256, max_concurrent=2, trajectories=traj, seed=3)
+    rollout = RolloutSettings(scope="closed", max_searches=2, max_completion_tokens=256)
+    config = CapabilityConfig(model="tiny", data=prepared, out=out, rollout=rollout, k=2, temperature=1.0,
+                              max_concurrent=2, trajectories=traj, seed=3)
     with pytest.raises(KeyboardInterrupt):
         estimate(config, backend=CrashAfterFirstRow(backend, out), progress=False)
     first = _rows(out)
@@ -95,17 +98,25 @@ def test_estimate_k2_with_resume_after_crash(prepared, backend, tmp_path):
         assert row["p"] == cap["correct"] / 2
         assert sum(cap["stop_reasons"].values()) == 2
         assert row["question"] and row["answers"]  # the record itself travels with p
+        assert cap["rollout"] == rollout.resolved() and cap["model"] == "tiny"  # p_i records what it measured
     trajectories = _rows(traj)
     assert len(trajectories) == 2 * len(ids)
     assert sorted({(t["record_id"], t["sample"]) for t in trajectories}) == sorted((i, s) for i in ids for s in (0, 1))
-    assert read_done(out, 2).keys() == set(ids)
+    assert read_done(out, config).keys() == set(ids)
+
+    # Resuming under other rollout settings is refused, naming both values and the fix.
+    other = CapabilityConfig(model="tiny", data=prepared, out=out, rollout=rollout.replace(topk=5), k=2,
+                             temperature=1.0)
+    with pytest.raises(DataError, match=r"other rollout settings \(topk: 3 vs 5; recorded vs this run\).*new --out"):
+        estimate(other, backend=backend, progress=False)
 
 
 def test_shards_then_merge_via_cli(prepared, tiny_sft_model_dir, tmp_path):
     out = tmp_path / "p.jsonl"
     cli = CliRunner()
     common = ["capability", "estimate", "--model", str(tiny_sft_model_dir), "--data", str(prepared), "--out", str(out),
-              "--k", "2", "--max-turns", "0", "--max-tokens", "24", "--device", "cpu"]
+              "--k", "2", "--scope", "closed", "--max-searches", "0", "--max-completion-tokens", "24",
+              "--device", "cpu"]
     for i in range(2):
         res = cli.invoke(app, [*common, "--shard", f"{i}/2"])
         assert res.exit_code == 0, res.output

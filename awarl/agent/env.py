@@ -6,16 +6,18 @@ meta, p`` and ``prompt``). Every public method other than ``reset`` / ``get_rewa
 tool, so this class has exactly one, `SearchEnv.search`, and its docstring is the tool schema
 that training, evaluation, the runner and the SFT data all declare. Helpers stay ``_private``.
 
-The retriever and the settings are shared by every instance (class attributes, set once with
-`SearchEnv.configure`); an instance holds only its rollout's state: the queries it ran and the
-passage ids each returned, which rewards and metrics read after the rollout.
+An instance holds a reference to the shared retriever, the rollout settings (scope, top-k,
+passage words, search budget: `awarl.agent.settings.RolloutSettings`) and its rollout's state:
+the queries it ran and the passage ids each returned, which rewards and metrics read after the
+rollout. TRL's ``environment_factory`` takes a zero-argument callable; `search_env_factory`
+returns one (a `functools.partial`), so two runs in one process never share settings.
 
     >>> from awarl.search.bm25 import BM25Index
     >>> from awarl.data.records import Passage
     >>> index = BM25Index.build([Passage("d1", "Paris", "Paris is the capital of France."),
     ...                          Passage("d2", "Rome", "Rome is the capital of Italy.")])
-    >>> Env = SearchEnv.configure(index, topk=1)
-    >>> env = Env()
+    >>> make_env = search_env_factory(index, RolloutSettings(topk=1))
+    >>> env = make_env()
     >>> env.reset(question="capital of France?", passages=["d1", "d2"])
     >>> env.search("capital of France")
     '[d1] Paris: Paris is the capital of France.'
@@ -25,31 +27,15 @@ passage ids each returned, which rewards and metrics read after the rollout.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
-from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any
 
+from awarl.agent.settings import RolloutSettings
 from awarl.protocol import ABSTAIN_PHRASE
 from awarl.search.retriever import SCOPES, Retriever, render
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """How the search tool behaves in every rollout."""
-
-    topk: int = 3  # passages per search
-    scope: str = "global"  # global: whole corpus; closed: only the record's own passages (a row's "scope" column overrides)
-    max_searches: int = 4  # searches per rollout; later calls get a message, not results
-    max_tokens: int | None = 100  # words kept of each passage's text (None: whole passage)
-
-    def __post_init__(self) -> None:
-        if self.scope not in SCOPES:
-            raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
-        if self.topk < 1 or self.max_searches < 0:
-            raise ValueError(f"need topk >= 1 and max_searches >= 0, got topk={self.topk}, max_searches={self.max_searches}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
 
 
 BUDGET_MESSAGE = (
@@ -70,32 +56,22 @@ class SearchEnv:
         record_id, question, answers, answerable, supporting, passages, p: the row's columns.
     """
 
-    _retriever: ClassVar[Retriever | None] = None
-    _settings: ClassVar[SearchSettings] = SearchSettings()
-    _schema_checked: ClassVar[bool] = False
+    _checked_classes: set[type] = set()
 
-    @classmethod
-    def configure(cls, retriever: Retriever, settings: SearchSettings | None = None, **overrides: Any) -> type["SearchEnv"]:
-        """Share ``retriever`` and ``settings`` (or the defaults with ``overrides``) with every
-        instance of ``cls``; returns ``cls`` so ``environment_factory=SearchEnv.configure(...)`` works.
-
-        Configure a subclass (``class EvalEnv(SearchEnv): pass``) to run two setups in one process.
-        """
+    def __init__(self, retriever: Retriever, settings: RolloutSettings | None = None) -> None:
         if not isinstance(retriever, Retriever):
             raise TypeError(f"retriever must implement search/get_passage/__len__, got {type(retriever).__name__}")
-        settings = replace(settings or SearchSettings(), **overrides)
-        cls._retriever = retriever
-        cls._settings = settings
-        return cls
-
-    def __init__(self) -> None:
         _check_tool_schema(type(self))
+        self._retriever = retriever
+        self._settings = settings or RolloutSettings()
         self._start({})
+
+    @property
+    def settings(self) -> RolloutSettings:
+        return self._settings
 
     def reset(self, **row: Any) -> None:
         """Start a rollout for one dataset row (TRL passes every column; only those used are read)."""
-        if type(self)._retriever is None:
-            raise RuntimeError(f"{type(self).__name__} has no retriever: call {type(self).__name__}.configure(retriever, ...) first")
         scope = row.get("scope") or self._settings.scope
         if scope not in SCOPES:
             raise ValueError(f"row {row.get('id')!r}: scope must be one of {', '.join(SCOPES)}, got {scope!r}")
@@ -124,7 +100,7 @@ class SearchEnv:
         hits = self._retriever.search([query], self._settings.topk, allowed=allowed)[0]
         self.queries.append(query)
         self.retrieved.append([h.passage.id for h in hits])
-        return render(hits, self._settings.max_tokens) if hits else NO_RESULTS_MESSAGE
+        return render(hits, self._settings.passage_words) if hits else NO_RESULTS_MESSAGE
 
     def _start(self, row: dict[str, Any]) -> None:
         self.queries: list[str] = []
@@ -143,7 +119,7 @@ class SearchEnv:
 def _check_tool_schema(cls: type[SearchEnv]) -> None:
     """Fail at construction, not at the first training step, if a tool's docstring or type hints
     cannot become a JSON schema (checked once per class; needs transformers, else skipped)."""
-    if cls.__dict__.get("_schema_checked") or importlib.util.find_spec("transformers") is None:
+    if cls in SearchEnv._checked_classes or importlib.util.find_spec("transformers") is None:
         return
     from transformers.utils import get_json_schema
 
@@ -159,7 +135,7 @@ def _check_tool_schema(cls: type[SearchEnv]) -> None:
         missing = [p for p, spec in params.get("properties", {}).items() if not spec.get("description")]
         if missing or not schema["function"].get("description"):
             raise TypeError(f"{cls.__name__}.{name}: the docstring must describe the tool and every argument ({missing})")
-    cls._schema_checked = True
+    SearchEnv._checked_classes.add(cls)
 
 
 def tool_schema() -> dict[str, Any]:
@@ -169,4 +145,12 @@ def tool_schema() -> dict[str, Any]:
     return get_json_schema(SearchEnv.search)
 
 
-__all__ = ["SearchEnv", "SearchSettings", "tool_schema", "BUDGET_MESSAGE", "NO_RESULTS_MESSAGE", "EMPTY_QUERY_MESSAGE"]
+def search_env_factory(retriever: Retriever, settings: RolloutSettings | None = None) -> Callable[[], SearchEnv]:
+    """A zero-argument callable making `SearchEnv` instances over ``retriever`` with ``settings``
+    (TRL's ``environment_factory`` contract; the runner takes the same)."""
+    settings = settings or RolloutSettings()
+    _check_tool_schema(SearchEnv)
+    return functools.partial(SearchEnv, retriever, settings)
+
+
+__all__ = ["SearchEnv", "search_env_factory", "tool_schema", "BUDGET_MESSAGE", "NO_RESULTS_MESSAGE", "EMPTY_QUERY_MESSAGE"]

@@ -11,9 +11,9 @@ backend (transformers, vLLM) the runner reproduces TRL's GRPOTrainer tool loop t
 - tool results become ``{"role": "tool", "name": …, "content": str(result)}`` messages (a tool
   exception becomes ``str({"error": message})``), and the next prompt is the previous ids plus the
   tool-suffix tokens TRL computes from a dummy conversation — no re-tokenisation;
-- ``max_completion_tokens`` covers the whole trajectory, tool tokens included; a tool result that
+- ``rollout.max_completion_tokens`` covers the whole trajectory, tool tokens included; a tool result that
   would overflow it (or the model's context) is rolled back and the conversation ends, and at
-  most ``max_turns`` tool rounds run (TRL's ``max_tool_calling_iterations``).
+  most ``rollout.max_searches`` tool rounds run (TRL's ``max_tool_calling_iterations``).
 
 With a chat backend (an OpenAI-compatible server doing its own templating and tool-call parsing)
 the same loop sends message lists and tool schemas instead; token counts come from ``usage``.
@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from awarl.protocol import build_messages, parse_final, score
+from awarl.agent.settings import RolloutSettings
 from awarl.data.records import QARecord
+from awarl.protocol import build_messages, parse_final, score
 from awarl.llm.base import ChatPrompt, Generation, Generator, SamplingParams
 
 StopReason = Literal["answer", "abstain", "no_answer", "turn_budget", "token_budget"]
@@ -42,12 +43,14 @@ _RESULT_ID_RE = re.compile(r"^\[([^\]\s]+)\]", re.M)
 
 @dataclass
 class RunnerConfig:
-    """How rollouts are sampled and bounded (names follow TRL's GRPOConfig where they overlap)."""
+    """How rollouts are sampled: the agent itself (prompt, tool, budgets, metric) is ``rollout``.
 
-    max_turns: int = 4
-    """Most tool-calling rounds per conversation (TRL: ``max_tool_calling_iterations``)."""
-    max_completion_tokens: int = 1024
-    """Token budget of the whole trajectory after the prompt, tool results included (TRL: ``max_completion_length``)."""
+    ``rollout.max_searches`` bounds the tool-calling rounds (TRL's ``max_tool_calling_iterations``)
+    and ``rollout.max_completion_tokens`` the whole trajectory (TRL's ``max_completion_length``).
+    """
+
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    """The agent: system prompt, search tool, budgets, correctness metric, refusal phrases."""
     temperature: float = 0.0
     """0 is greedy (evaluation); 1.0 samples (capability estimation, like GRPO's rollouts)."""
     top_p: float = 1.0
@@ -56,20 +59,16 @@ class RunnerConfig:
     """Conversations in flight at once; each generation step batches one turn of each."""
     seed: int | None = None
     """Sampling seed (backends that support one)."""
-    system_prompt: str | None = None
-    """Override `awarl.protocol.SYSTEM_PROMPT` (None: the protocol's own)."""
-    metric: Literal["em", "f1"] = "em"
-    """What counts as correct when scoring (as in the reward)."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra chat-template variables, as GRPOConfig's ``chat_template_kwargs`` (e.g. ``enable_thinking``)."""
 
     def __post_init__(self) -> None:
-        if self.max_turns < 0:
-            raise ValueError(f"max_turns must be >= 0, got {self.max_turns}")
-        if self.max_completion_tokens < 1:
-            raise ValueError(f"max_completion_tokens must be >= 1, got {self.max_completion_tokens}")
+        if not isinstance(self.rollout, RolloutSettings):
+            raise TypeError(f"rollout must be RolloutSettings, got {type(self.rollout).__name__}")
         if self.max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {self.max_concurrent}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=max_new_tokens,
@@ -291,7 +290,7 @@ class Runner:
 
     def _start(self, rollout: Rollout) -> _Conversation:
         env = self._pool.pop() if self._pool else self.env_factory()
-        messages = build_messages(rollout.record.question, self.config.system_prompt)
+        messages = build_messages(rollout.record.question, self.config.rollout.prompt)
         observation = env.reset(**{**rollout.record.to_dict(), "prompt": messages})
         if isinstance(observation, str):  # TRL appends a reset() string to the last user message
             messages = messages[:-1] + [{**messages[-1], "content": messages[-1]["content"] + observation}]
@@ -307,7 +306,7 @@ class Runner:
 
     def _step(self, convs: list[_Conversation]) -> None:
         """One generation for every active conversation, then tools for those that called them."""
-        budget = self.config.max_completion_tokens
+        budget = self.config.rollout.max_completion_tokens
         if self.template is not None:
             prompts: list[Any] = [c.prompt_ids + c.completion_ids for c in convs]
         else:
@@ -322,7 +321,7 @@ class Runner:
         return len(conv.completion_ids) if self.template is not None else conv.model_tokens + conv.tool_tokens
 
     def _take_turn(self, conv: _Conversation, prompt: Any, gen: Generation) -> None:
-        room = self.config.max_completion_tokens - self._used(conv)
+        room = self.config.rollout.max_completion_tokens - self._used(conv)
         if self.template is not None:
             ids = gen.token_ids[:room]
             truncated = len(ids) < len(gen.token_ids) or gen.finish_reason == "length"
@@ -346,9 +345,9 @@ class Runner:
         turn = Turn(content=(message or {}).get("content") or "", completion_tokens=len(gen.token_ids) or gen.completion_tokens)
         conv.turns.append(turn)
         if not calls:
-            conv.stop = "token_budget" if truncated and not _has_answer(message) else _final_stop(message)
+            conv.stop = "token_budget" if truncated and not _has_answer(message) else _final_stop(message, self.config.rollout.phrases)
             return
-        if conv.rounds >= self.config.max_turns:
+        if conv.rounds >= self.config.rollout.max_searches:
             conv.stop = "turn_budget"
             return
         self._call_tools(conv, calls, turn)
@@ -380,7 +379,7 @@ class Runner:
             suffix = self.template.tool_suffix_ids(tool_messages)
             total = len(conv.prompt_ids) + len(conv.completion_ids) + len(suffix)
             max_len = self.backend.max_model_len
-            if len(conv.completion_ids) + len(suffix) > self.config.max_completion_tokens or (
+            if len(conv.completion_ids) + len(suffix) > self.config.rollout.max_completion_tokens or (
                 max_len is not None and total >= max_len
             ):
                 turn.tool_calls.clear()  # rolled back: the model never sees these results
@@ -394,8 +393,8 @@ class Runner:
 
     def _finish(self, conv: _Conversation) -> Trajectory:
         record = conv.rollout.record
-        parsed = parse_final(conv.messages)
-        verdict = score(parsed, record.answers, answerable=record.answerable, metric=self.config.metric)
+        parsed = parse_final(conv.messages, self.config.rollout.phrases)
+        verdict = score(parsed, record.answers, answerable=record.answerable, metric=self.config.rollout.metric)
         queries: list[str] = []
         seen: dict[str, None] = {}
         for turn in conv.turns:
@@ -421,8 +420,8 @@ def _has_answer(message: dict[str, Any] | None) -> bool:
     return bool(message) and parse_final([message]).parsable
 
 
-def _final_stop(message: dict[str, Any] | None) -> StopReason:
-    parsed = parse_final([message] if message else [])
+def _final_stop(message: dict[str, Any] | None, phrases: Sequence[str]) -> StopReason:
+    parsed = parse_final([message] if message else [], phrases)
     if parsed.abstained:
         return "abstain"
     return "answer" if parsed.parsable else "no_answer"

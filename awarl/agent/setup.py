@@ -1,35 +1,44 @@
-"""Wiring shared by capability estimation and evaluation: a retriever and a search environment.
+"""Wiring shared by capability estimation, evaluation, training and the chatbot: the retriever a
+run searches and the runner that drives the agent.
 
-A run searches either a saved index folder (``--index``), a ``corpus.jsonl`` indexed with BM25
-on the fly (``--corpus``), or, when neither is given, the ``corpus.jsonl`` beside a prepared
-``records.jsonl`` (what ``awarl data prepare`` writes) or the passages of an official data file.
+A run searches a saved index folder (``--index``), a ``corpus.jsonl`` indexed with BM25 on the fly
+(``--corpus``), a running ``awarl search serve`` (``--retriever-url``), or, when none is given, the
+``corpus.jsonl`` beside a prepared ``records.jsonl`` (what ``awarl data prepare`` writes) or the
+passages of an official data file.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.settings import RolloutSettings
 from awarl.data.records import DataError, Passage, QARecord, load_corpus
 from awarl.search.retriever import SCOPES, Retriever
 
+log = logging.getLogger(__name__)
 
-def open_retriever(
+
+def resolve_retriever(
     index: str | Path | None = None,
     corpus: str | Path | None = None,
+    url: str | None = None,
     *,
     data: str | Path | None = None,
     passages: Sequence[Passage] | None = None,
 ) -> Retriever:
-    """The retriever a run searches; the first available of index, corpus, the data's sibling
-    ``corpus.jsonl``, the data file's own passages."""
-    if index is not None and corpus is not None:
-        raise ValueError("give --index or --corpus, not both")
-    if index is not None:
-        from awarl.search.index import load_index
+    """The retriever a run searches: the one given (index folder, corpus.jsonl, or server URL), else
+    the ``corpus.jsonl`` beside ``data``, else the data file's own passages. Index folders and URLs
+    open through `awarl.search.client.open_retriever`, the one opener every stage uses."""
+    given = [name for name, value in (("index", index), ("corpus", corpus), ("url", url)) if value]
+    if len(given) > 1:
+        raise ValueError(f"give one of index, corpus or url, not {' and '.join(given)}")
+    if index or url:
+        from awarl.search.client import open_retriever
 
-        return load_index(index)
+        return open_retriever(str(index or url))
     from awarl.search.bm25 import BM25Index
 
     if corpus is None and data is not None and (Path(data).parent / "corpus.jsonl").exists():
@@ -38,7 +47,8 @@ def open_retriever(
         return BM25Index.build(load_corpus(corpus))
     if passages:
         return BM25Index.build(list(passages))
-    raise DataError(data or "-", "-", "no passages to search: pass --index DIR or --corpus corpus.jsonl")
+    raise DataError(data or "run settings", "-", "no passages to search: pass --index DIR, --corpus corpus.jsonl "
+                    "or --retriever-url URL")
 
 
 def check_scope(records: Sequence[QARecord], scope: str, path: str | Path) -> None:
@@ -52,15 +62,18 @@ def check_scope(records: Sequence[QARecord], scope: str, path: str | Path) -> No
                                 "passages")
 
 
-def search_env_factory(retriever: Retriever, *, scope: str = "closed", topk: int = 3, max_searches: int = 4,
-                       max_tokens: int | None = 100) -> type[Any]:
-    """A `SearchEnv` class bound to ``retriever`` (a fresh subclass, so runs in one process don't
-    share settings); call it with no arguments for an environment, as TRL does."""
-    from awarl.agent.env import SearchEnv, SearchSettings
+def build_runner(backend: Any, retriever: Retriever, rollout: RolloutSettings, *, temperature: float,
+                 seed: int | None = 0, max_concurrent: int = 64) -> Any:
+    """The rollout runner every stage uses: ``backend`` driving `SearchEnv` over ``retriever``, the agent
+    defined by ``rollout``, sampled at ``temperature`` (p_i: 1.0, evaluation: 0.0)."""
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.runner import Runner, RunnerConfig
 
-    env_cls = type("RunSearchEnv", (SearchEnv,), {"__doc__": SearchEnv.__doc__})
-    return env_cls.configure(retriever, SearchSettings(topk=topk, scope=scope, max_searches=max_searches,
-                                                      max_tokens=max_tokens))
+    warning = rollout.budget_warning()
+    if warning:
+        log.warning(warning)
+    return Runner(backend, search_env_factory(retriever, rollout),
+                  RunnerConfig(rollout=rollout, temperature=temperature, seed=seed, max_concurrent=max_concurrent))
 
 
 def passage_exists(retriever: Retriever, pid: str) -> bool:

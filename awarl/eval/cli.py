@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from awarl.agent.options import BACKEND, RETRIEVAL, ROLLOUT, backend_options, retrieval_options, rollout_options
+from awarl.agent.settings import RolloutSettings
 from awarl.cli_errors import fail
 from awarl.data.records import DataError
 
@@ -56,6 +58,9 @@ def score_command(
 
 
 @app.command("run")
+@rollout_options(checkpoint_param="model")
+@retrieval_options
+@backend_options
 def run_command(
     model: str = typer.Option(..., "--model", help="Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."),
     data: Path = typer.Option(..., "--data", help="A prepared records.jsonl, or an official data file with --dataset."),
@@ -63,31 +68,24 @@ def run_command(
     dataset: str = typer.Option(None, "--dataset", help="Format of --data when it is an official file (hotpotqa, 2wiki, musique, flashrag)."),
     name: str = typer.Option(None, "--name", help="Run name in reports (default: the folder name)."),
     limit: int = typer.Option(None, "--limit", help="Only the first N questions of each data set."),
-    index: Path = typer.Option(None, "--index", help="Saved index folder to search."),
-    corpus: Path = typer.Option(None, "--corpus", help="corpus.jsonl to index with BM25 (default: beside --data)."),
-    scope: str = typer.Option("closed", "--scope", help="closed (each question's own passages) or global."),
-    topk: int = typer.Option(3, "--topk", help="Passages per search."),
-    max_turns: int = typer.Option(4, "--max-turns", help="Tool-calling rounds per question."),
-    max_tokens: int = typer.Option(1024, "--max-tokens", help="Token budget of a trajectory after the prompt."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (default)."),
     concurrency: int = typer.Option(64, "--concurrency", help="Questions in flight at once."),
-    batch_size: int = typer.Option(32, "--batch-size", help="transformers backend: rows per generate call."),
-    device: str = typer.Option("auto", "--device", help="transformers backend: auto, cpu, cuda, cuda:N."),
-    dtype: str = typer.Option("auto", "--dtype", help="Weights dtype: auto (bf16 on CUDA, fp32 on CPU), bfloat16, float16, float32."),
-    tensor_parallel: int = typer.Option(1, "--tensor-parallel-size", help="vLLM backend: GPUs per engine."),
-    metric: str = typer.Option("em", "--metric", help="What 'correct' means: em (default) or f1 (F1 >= 0.5)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    rollout: RolloutSettings = ROLLOUT,
+    retrieval: dict = RETRIEVAL,
+    backend_options: dict = BACKEND,
 ) -> None:
-    """Run the agent over evaluation data; write trajectories, official predictions and metrics."""
+    """Run the agent over evaluation data; write trajectories, official predictions and metrics.
+
+    The agent's settings come from --config (the training recipe), else from the checkpoint's saved settings, else the defaults; options override them.
+    """
     from awarl.eval.run import EvalConfig, run_eval
     from awarl.llm.base import BackendError
 
     try:
-        config = EvalConfig(model=model, data=data, out=out, dataset=dataset, name=name, limit=limit, index=index,
-                            corpus=corpus, scope=scope, topk=topk, max_turns=max_turns, max_completion_tokens=max_tokens,
-                            temperature=temperature, max_concurrent=concurrency, metric=metric,
-                            backend_options={"device": device, "batch_size": batch_size, "dtype": dtype,
-                                             "tensor_parallel_size": tensor_parallel})
+        config = EvalConfig(model=model, data=data, out=out, rollout=rollout, dataset=dataset, name=name, limit=limit,
+                            temperature=temperature, max_concurrent=concurrency, backend_options=backend_options,
+                            **retrieval)
         result = run_eval(config, progress=not no_progress)
     except (DataError, BackendError, ValueError) as exc:
         fail(exc)

@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from awarl.data.records import DataError, Passage, QARecord, drop_torn_tail, iter_jsonl, write_jsonl
+from awarl.agent.settings import RolloutSettings
+from awarl.data.records import DataError, Passage, QARecord, drop_torn_tail, iter_jsonl, read_json, write_jsonl
 
 
 @dataclass
@@ -44,40 +45,31 @@ class EvalConfig:
     """Run name in reports (default: the folder name)."""
     limit: int | None = None
     """Evaluate only the first N questions of each data set."""
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
+    """The agent: prompt, search tool, budgets, correctness metric (a recipe's ``rollout:`` section or the
+    settings saved with the checkpoint)."""
     index: Path | None = None
     """Saved index folder to search."""
     corpus: Path | None = None
     """corpus.jsonl to index with BM25 (default: beside ``data``, else the data file's own passages)."""
-    scope: str = "closed"
-    """closed: each question searches its own passages (MuSiQue-Full's unanswerable copies are then truly
-    unanswerable); global: the whole corpus."""
-    topk: int = 3
-    """Passages per search."""
-    max_searches: int = 4
-    """Searches per question before the tool refuses."""
-    max_turns: int = 4
-    """Tool-calling rounds per question."""
-    max_completion_tokens: int = 1024
-    """Token budget of a whole trajectory after the prompt."""
+    retriever_url: str | None = None
+    """A running `awarl search serve` to search instead."""
     temperature: float = 0.0
     """0 is greedy decoding (the default for evaluation)."""
     max_concurrent: int = 64
     """Questions in flight at once."""
     seed: int = 0
     """Sampling seed (only matters when temperature > 0)."""
-    metric: str = "em"
-    """What counts as correct: em or f1 (F1 >= 0.5)."""
     backend_options: dict[str, Any] = field(default_factory=dict)
     """Extra `awarl.llm.spec.BackendOptions` (device, dtype, batch_size …)."""
 
     def __post_init__(self) -> None:
-        if self.metric not in ("em", "f1"):
-            raise ValueError(f"metric must be em or f1, got {self.metric!r}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
 
     def settings(self) -> dict[str, Any]:
         row = asdict(self)
+        row["rollout"] = self.rollout.resolved()
         return {k: str(v) if isinstance(v, Path) else v for k, v in row.items()}
 
 
@@ -127,31 +119,30 @@ def _is_records_file(path: Path) -> bool:
 
 def run_eval(config: EvalConfig, *, backend: Any = None, progress: bool = True) -> EvalResult:
     """Run (or resume) an evaluation, then write predictions and metrics."""
-    from awarl.agent.runner import Rollout, Runner, RunnerConfig, Trajectory
-    from awarl.agent.setup import check_scope, open_retriever, search_env_factory
+    from awarl.agent.runner import Rollout, Trajectory
+    from awarl.agent.setup import build_runner, check_scope, resolve_retriever
 
     records, passages = load_data(config)
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
-    _pin_records(out / "records.jsonl", records)
-    _pin_settings(out / "run.json", config)
     traj_path = out / "trajectories.jsonl"
     done = _read_trajectories(traj_path)
+    # A folder with finished questions pins its questions and settings; one whose earlier start failed
+    # before any question finished does not block the corrected rerun.
+    _pin_records(out / "records.jsonl", records, resuming=bool(done))
+    _pin_settings(out / "run.json", config, resuming=bool(done))
     todo = [r for r in records if r.id not in done]
-    check_scope(todo, config.scope, config.data)
-    retriever = open_retriever(config.index, config.corpus, data=config.data, passages=passages)
+    check_scope(todo, config.rollout.scope, config.data)
+    retriever = resolve_retriever(config.index, config.corpus, config.retriever_url, data=config.data,
+                                  passages=passages)
     t0 = time.perf_counter()
     if todo:
         if backend is None:
             from awarl.llm.spec import load_backend
 
             backend = load_backend(config.model, seed=config.seed, **config.backend_options)
-        env = search_env_factory(retriever, scope=config.scope, topk=config.topk, max_searches=config.max_searches)
-        runner = Runner(backend, env, RunnerConfig(
-            max_turns=config.max_turns, max_completion_tokens=config.max_completion_tokens,
-            temperature=config.temperature, max_concurrent=config.max_concurrent, seed=config.seed,
-            metric=config.metric,  # type: ignore[arg-type]
-        ))
+        runner = build_runner(backend, retriever, config.rollout, temperature=config.temperature, seed=config.seed,
+                              max_concurrent=config.max_concurrent)
         by_id = {r.id: r for r in todo}
         with traj_path.open("a", encoding="utf-8") as sink, _progress(len(todo), progress) as advance:
 
@@ -170,9 +161,9 @@ def run_eval(config: EvalConfig, *, backend: Any = None, progress: bool = True) 
     return EvalResult(out, metrics, len(todo), len(records) - len(todo), seconds)
 
 
-def _pin_records(path: Path, records: Sequence[QARecord]) -> None:
+def _pin_records(path: Path, records: Sequence[QARecord], *, resuming: bool) -> None:
     """Write the evaluated records; a resumed run must be over the same questions."""
-    if path.exists():
+    if path.exists() and resuming:
         before = [row.get("id") for _, row in iter_jsonl(path)]
         if before != [r.id for r in records]:
             raise DataError(path, "-", "this run folder holds a run over other questions; use a new --out "
@@ -181,19 +172,22 @@ def _pin_records(path: Path, records: Sequence[QARecord]) -> None:
     write_jsonl(path, (r.to_dict() for r in records))
 
 
-RESULT_SETTINGS = ("model", "index", "corpus", "scope", "topk", "max_searches", "max_turns", "max_completion_tokens",
-                   "temperature", "seed", "metric")
+RESULT_SETTINGS = ("model", "index", "corpus", "retriever_url", "rollout", "temperature", "seed")
 """Settings that change what a run produces: resuming with others would mix two runs in one folder."""
 
 
-def _pin_settings(path: Path, config: EvalConfig) -> None:
+def _pin_settings(path: Path, config: EvalConfig, *, resuming: bool) -> None:
     settings = config.settings()
-    if path.exists():
-        before = json.loads(path.read_text(encoding="utf-8"))
-        changed = [k for k in RESULT_SETTINGS if k in before and before[k] != settings[k]]
+    if path.exists() and resuming:
+        before = read_json(path)
+        if not isinstance(before, dict):
+            raise DataError(path, "-", "not a run settings file (expected a JSON object); use a new --out")
+        changed = [f"{k}: {before[k]!r} -> {settings[k]!r}" for k in RESULT_SETTINGS
+                   if k in before and k != "rollout" and before[k] != settings[k]]
+        changed += config.rollout.mismatch(before.get("rollout")) if "rollout" in before else ["rollout: not recorded"]
         if changed:
             raise DataError(path, "-", "this run folder holds a run with other settings "
-                            f"({', '.join(f'{k}: {before[k]!r} -> {settings[k]!r}' for k in changed)}); use a new --out")
+                            f"({'; '.join(changed)}); use a new --out")
     path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
 
 
@@ -225,7 +219,8 @@ def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord
     for dataset, idx in groups.items():
         write_official(out / "predictions" / dataset, dataset, [records[i] for i in idx], [answers[i] for i in idx],
                        [abstained[i] for i in idx], [citations[i] for i in idx])
-    scored = score_predictions(out / "records.jsonl", out / "predictions.jsonl", metric=config.metric)  # type: ignore[arg-type]
+    scored = score_predictions(out / "records.jsonl", out / "predictions.jsonl", metric=config.rollout.metric,
+                                phrases=config.rollout.phrases)
 
     def extras(idx: Sequence[int]) -> dict[str, Any]:
         return {**run_stats([rows[i] for i in idx]),

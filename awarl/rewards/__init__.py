@@ -2,8 +2,9 @@
 
 The trainer gets its reward functions from one factory::
 
-    cfg = RewardConfig.from_yaml("configs/tiny.yaml")        # the ``reward:`` section
-    funcs, weights = build_reward_funcs(cfg)
+    cfg = RewardConfig.from_yaml("configs/tiny_cpu.yaml")    # the ``reward:`` section
+    rollout = TrainConfig.from_yaml("configs/tiny_cpu.yaml").rollout   # metric, refusal phrases
+    funcs, weights = build_reward_funcs(cfg, rollout)
     GRPOTrainer(..., reward_funcs=funcs, args=GRPOConfig(reward_weights=weights, ...))
     awa = answer_abstain_reward(funcs)                          # the stateful one
     state = awa.state_dict(); awa.load_state_dict(state)        # save / restore with checkpoints
@@ -15,6 +16,8 @@ uses accelerate only when a process group is running. See docs/rewards.md and do
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+
+from awarl.agent.settings import RolloutSettings
 
 from awarl.rewards.awa import AnswerAbstainReward, BatchStats
 from awarl.rewards.baselines import baseline_reward
@@ -33,23 +36,27 @@ __all__ = [
 ]
 
 
-def build_reward_funcs(cfg: RewardConfig) -> tuple[list[Callable], list[float]]:
+def build_reward_funcs(cfg: RewardConfig, rollout: RolloutSettings | None = None) -> tuple[list[Callable], list[float]]:
     """The reward functions and their weights for ``cfg``.
 
     Always the answer/abstain reward (``awa_reward``, or ``static_reward`` / ``ternary_reward`` /
     ``none_reward`` for the baselines) with weight 1; plus ``citation_reward`` with weight
     ``w_cite`` when ``w_cite > 0`` and a judge is set. The llm judge reads passage texts from
-    ``cfg.corpus_path``.
+    ``cfg.corpus_path``. The answer/abstain reward knows the citation reward, so its expected refusal
+    rate counts what citations pay. ``rollout`` says what is correct and what is an abstention.
     """
-    funcs: list[Callable] = [AnswerAbstainReward(cfg)]
-    weights = [1.0]
+    citation = None
     if cfg.w_cite > 0 and cfg.judge != "off":
         passages = None
         if cfg.judge == "llm":
             from awarl.data.records import load_corpus
 
             passages = {p.id: p for p in load_corpus(cfg.corpus_path)}
-        funcs.append(CitationReward(cfg, passages=passages))
+        citation = CitationReward(cfg, passages=passages, rollout=rollout)
+    funcs: list[Callable] = [AnswerAbstainReward(cfg, rollout, citation=citation)]
+    weights = [1.0]
+    if citation is not None:
+        funcs.append(citation)
         weights.append(cfg.w_cite)
     return funcs, weights
 

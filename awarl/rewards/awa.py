@@ -11,7 +11,15 @@
 
 P_t comes from `DynamicPenalty`, updated exactly once per call from the observed and expected
 refusal rates of the GLOBAL batch (every process gathers the same rows, so every process
-computes the same P_t). Dataset columns read from ``kw``: ``answers`` (list of gold strings),
+computes the same P_t). The expected rate agrees with what the rewards pay: when a citation
+reward is attached, the value of answering a query of capability p is
+``p·(r_correct + c̄_correct) + (1 − p)·(r_wrong + c̄_wrong)``, where c̄ is the batch's mean weighted
+citation term on correct (and, with ``cite_on: answered``, wrong) answers — so the controller
+does not aim at a refusal rate the rewards do not favour.
+
+What counts as correct and which phrases are abstentions come from the rollout settings
+(`awarl.agent.settings.RolloutSettings`: ``metric``, ``refusal_phrases``), the very settings
+p_i was measured with. Dataset columns read from ``kw``: ``answers`` (list of gold strings),
 ``answerable`` (default True), ``p`` (capability; ``p_i`` is accepted too; needed by ``awa``),
 ``id`` (groups rollouts of one prompt; the prompt itself otherwise). ``environments`` (SearchEnv
 instances with a ``queries`` list) or an ``n_search`` column give the searches per rollout.
@@ -28,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from awarl.protocol import DEFAULT_REFUSAL_PHRASES
+from awarl.agent.settings import RolloutSettings
 from awarl.rewards.baselines import baseline_reward
 from awarl.rewards.batch import (
     OUTCOME_CODES,
@@ -62,6 +70,8 @@ class BatchStats:
     all_abstain_groups: float | None
     searches_per_rollout: float | None
     updated: bool
+    answer_value_correct: float = 1.0
+    abstain_capped: float | None = None
 
     def metrics(self) -> dict[str, float]:
         """The namespaced metric keys of docs/metrics.md (terms that are unknown are left out)."""
@@ -76,6 +86,8 @@ class BatchStats:
             "awa/ra_f1": self.ra_f1,
             "awa/all_abstain_groups": self.all_abstain_groups,
             "env/searches_per_rollout": self.searches_per_rollout,
+            "awa/answer_value_correct": self.answer_value_correct,
+            "awa/abstain_capped": self.abstain_capped,
         }
         return {k: float(v) for k, v in out.items() if v is not None}
 
@@ -88,12 +100,15 @@ class AnswerAbstainReward:
     P_t without moving it. ``.last`` holds the `BatchStats` of the latest call.
     """
 
-    def __init__(self, cfg: RewardConfig):
+    def __init__(self, cfg: RewardConfig, rollout: RolloutSettings | None = None, citation: Any = None):
         self.cfg = cfg
+        self.rollout = rollout or RolloutSettings()
+        self.metric = self.rollout.metric
+        self.phrases = self.rollout.phrases
+        self.citation = citation  # a CitationReward whose terms the expected rate accounts for
         self.penalty = DynamicPenalty(cfg.beta, cfg.tau, cfg.delta, cfg.max_penalty)
         self.frozen = False
         self.last: BatchStats | None = None
-        self.phrases = tuple(cfg.refusal_phrases) or DEFAULT_REFUSAL_PHRASES
         # TRL names a reward (and its `rewards/<name>/…` metrics) after `__name__`.
         self.__name__ = "awa_reward" if cfg.kind == "awa" else f"{cfg.kind}_reward"
 
@@ -107,10 +122,12 @@ class AnswerAbstainReward:
             raise ValueError("abstain_requires_search needs the search count of every rollout: pass "
                              "`environments` (SearchEnv with .queries) or an `n_search` column")
         ids = kw.get("id") or [None] * n
+        cite = self._citation_terms(prompts, completions, verdicts, kw)
         rows = [RolloutRow(group=group_key(ids[i], prompts[i] if i < len(prompts) else None),
                            outcome=OUTCOME_CODES[verdicts[i].score.outcome],
                            p=float(p[i]) if p is not None else math.nan,
-                           searches=int(searches[i]) if searches is not None else -1)
+                           searches=int(searches[i]) if searches is not None else -1,
+                           cite=cite[i])
                 for i in range(n)]
         stats = self.update(gather_rows(rows))
         rewards = self.rewards(verdicts, p, searches, stats.penalty)
@@ -137,8 +154,25 @@ class AnswerAbstainReward:
                 raise ValueError(f"reward column 'answers', rollout {i}: expected a list of strings, "
                                  f"got {type(golds).__name__}")
             verdicts.append(judge_completion(completion, golds, answerable=bool(answerable[i]),
-                                             metric=self.cfg.outcome, phrases=self.phrases))
+                                             metric=self.metric, phrases=self.phrases))
         return verdicts
+
+    def _citation_terms(self, prompts: Sequence[Any], completions: Sequence[Any], verdicts: Sequence[Verdict],
+                        kw: dict[str, Any]) -> list[float]:
+        """The weighted citation term each rollout of this slice is paid (NaN where none is)."""
+        if self.citation is None:
+            return [math.nan] * len(completions)
+        terms = self.citation.terms(prompts, completions, kw, verdicts=verdicts)
+        weight = self.citation.cfg.w_cite
+        return [math.nan if t is None else weight * t for t in terms]
+
+    def answer_values(self, rows: Sequence[RolloutRow]) -> tuple[float, float]:
+        """What a correct and a wrong answer are worth in this batch: the outcome rewards plus the
+        mean citation term the batch paid on such answers (0 when none was paid)."""
+        correct = [r.cite for r in rows if r.outcome == OUTCOME_CODES["correct"] and not math.isnan(r.cite)]
+        wrong = [r.cite for r in rows if r.outcome == OUTCOME_CODES["wrong"] and not math.isnan(r.cite)]
+        return (self.cfg.r_correct + (sum(correct) / len(correct) if correct else 0.0),
+                self.cfg.r_wrong + (sum(wrong) / len(wrong) if wrong else 0.0))
 
     def update(self, rows: Sequence[RolloutRow]) -> BatchStats:
         """Global statistics of one generation batch; moves the penalty once (kind awa, not frozen)."""
@@ -147,13 +181,19 @@ class AnswerAbstainReward:
         metrics = batch_metrics([_OUTCOME_NAMES[r.outcome] for r in rows])
         p = np.array([r.p for r in rows], dtype=np.float64)
         expected = None
+        cfg = self.cfg
+        value_correct, value_wrong = self.answer_values(rows)
         if not np.isnan(p).any():
-            cfg = self.cfg
-            expected = expected_refusal_rate(p, cfg.p_clip, cfg.gamma, cfg.r_correct, cfg.r_wrong)
-        updated = self.cfg.kind == "awa" and not self.frozen and expected is not None
+            expected = expected_refusal_rate(p, cfg.p_clip, cfg.gamma, value_correct, value_wrong)
+        updated = cfg.kind == "awa" and not self.frozen and expected is not None
         if updated:
             self.penalty.update(metrics.refusal_rate, expected)
         searches = [r.searches for r in rows]
+        capped = None
+        abstain_p = [r.p for r in rows if r.outcome == OUTCOME_CODES["abstain"]]
+        if cfg.kind == "awa" and abstain_p and not np.isnan(abstain_p).any():
+            values = refusal_base_rewards(abstain_p, cfg.p_clip, cfg.gamma) - self.penalty.value
+            capped = float((values > cfg.abstain_cap + 1e-12).mean())
         self.last = BatchStats(
             n=len(rows),
             refusal_rate=metrics.refusal_rate,
@@ -167,6 +207,8 @@ class AnswerAbstainReward:
             all_abstain_groups=all_abstain_share(rows),
             searches_per_rollout=None if min(searches) < 0 else sum(searches) / len(searches),
             updated=updated,
+            answer_value_correct=value_correct,
+            abstain_capped=capped,
         )
         return self.last
 
@@ -180,16 +222,16 @@ class AnswerAbstainReward:
             if not verdict.abstained:
                 if cfg.kind == "awa":
                     out.append(outcome_reward(verdict.score, r_correct=cfg.r_correct, r_wrong=cfg.r_wrong,
-                                              outcome=cfg.outcome))
+                                              outcome=self.metric))
                 else:
-                    out.append(baseline_reward(verdict.score, cfg))
+                    out.append(baseline_reward(verdict.score, cfg, metric=self.metric))
             elif cfg.abstain_requires_search and searches is not None and searches[i] == 0:
                 out.append(cfg.r_wrong)
             elif cfg.kind == "awa":
                 value = float(base[i]) - penalty
                 out.append(min(value, cfg.abstain_cap) if cfg.cap_abstain else value)
             else:
-                out.append(baseline_reward(verdict.score, cfg))
+                out.append(baseline_reward(verdict.score, cfg, metric=self.metric, answerable=verdict.answerable))
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -30,10 +30,11 @@ class RolloutRow:
     outcome: int        # OUTCOME_CODES
     p: float            # capability of the query; NaN when unknown
     searches: int       # search calls; -1 when unknown
+    cite: float = float("nan")  # weighted citation term paid to this rollout; NaN when none is paid
 
 
 def batch_metrics(outcomes: Sequence[str]) -> Metrics:
-    """DESIGN §7 over one batch of outcomes, through the evaluation's own `compute_metrics`, so
+    """The metrics of docs/metrics.md over one batch of outcomes, through the evaluation's own `compute_metrics`, so
     training logs and evaluation reports can never disagree (an unparsable reply counts as a wrong answer).
 
     >>> m = batch_metrics(["correct", "wrong", "abstain", "abstain"])

@@ -1,6 +1,6 @@
-"""Citation reward and its judges (DESIGN §6).
+"""Citation reward and its judges (docs/rewards.md).
 
-For an answered rollout the reward is ``coverage − w_red · redundancy`` (TRL multiplies it by the
+For a rewarded answer (a correct one by default, see ``cite_on``) the reward is ``coverage − w_red · redundancy`` (TRL multiplies it by the
 reward weight ``w_cite``): coverage is the share of the needed passages that the answer cites,
 redundancy the share of cited passages that are not needed. Abstentions and unparsable answers
 get None (no citation term). Which passages are *needed* comes from a judge:
@@ -33,8 +33,9 @@ from typing import Any
 
 import httpx
 
-from awarl.protocol import DEFAULT_REFUSAL_PHRASES, parse_final
+from awarl.agent.settings import RolloutSettings
 from awarl.data.records import Passage
+from awarl.protocol import parse_final, score
 from awarl.rewards.config import RewardConfig
 
 log = logging.getLogger(__name__)
@@ -314,46 +315,78 @@ def _run_sync(coro: Any) -> Any:
 
 
 class CitationReward:
-    """TRL reward function: ``coverage − w_red · redundancy`` per answered rollout, else None.
+    """TRL reward function: ``coverage − w_red · redundancy`` per rewarded answer, else None.
 
-    Columns read from ``kw``: ``supporting`` (gold judge), ``question`` (else the prompt's last
-    user message), ``environments`` (SearchEnv with ``.retrieved``, a list of passage-id lists:
-    the passages the LLM judge may count as needed). Logs ``cite/…`` metrics.
+    Which answers are rewarded is ``cite_on``: ``correct`` (default) pays only correct answers, so
+    citing the right passages never makes a wrong answer worth more than abstaining;
+    ``answered`` pays every answer (kept for ablations). Columns read from ``kw``: ``answers`` and
+    ``answerable`` (to know which answers are correct), ``supporting`` (gold judge), ``question``
+    (else the prompt's last user message), ``environments`` (SearchEnv with ``.retrieved``, the
+    passages the LLM judge may count as needed). Logs ``cite/…`` metrics.
     """
 
     def __init__(self, cfg: RewardConfig, judge: GoldJudge | LLMJudge | None = None,
-                 passages: Mapping[str, Passage] | None = None):
+                 passages: Mapping[str, Passage] | None = None, rollout: RolloutSettings | None = None):
         if cfg.judge == "off" and judge is None:
             raise ValueError("CitationReward needs a judge: set judge to gold or llm")
         self.cfg = cfg
         self.judge = judge if judge is not None else build_judge(cfg)
         self.passages: Mapping[str, Passage] = passages if passages is not None else {}
-        self.phrases = tuple(cfg.refusal_phrases) or DEFAULT_REFUSAL_PHRASES
+        self.rollout = rollout or RolloutSettings()
+        self.phrases = self.rollout.phrases
         self.__name__ = "citation_reward"
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
                  **kw: Any) -> list[float | None]:
+        failures_before = self._failures()
+        judgments, rewarded = self._judge(prompts, completions, kw)
+        self._log(kw.get("log_metric"), rewarded, judgments, self._failures() - failures_before)
+        return self._rewards(len(completions), judgments)
+
+    def terms(self, prompts: Sequence[Any], completions: Sequence[Any], kw: dict[str, Any],
+              verdicts: Sequence[Any] | None = None) -> list[float | None]:
+        """The unweighted term each rollout earns (None: none paid), without logging. The LLM judge's
+        cache makes the reward's own call that follows free."""
+        judgments, _ = self._judge(prompts, completions, kw, verdicts)
+        return self._rewards(len(completions), judgments)
+
+    def _rewards(self, n: int, judgments: dict[int, CitationJudgment | None]) -> list[float | None]:
+        rewards: list[float | None] = [None] * n
+        for i, judgment in judgments.items():
+            if judgment is not None:
+                rewards[i] = judgment.reward(self.cfg.w_red)
+        return rewards
+
+    def _judge(self, prompts: Sequence[Any], completions: Sequence[Any], kw: dict[str, Any],
+               verdicts: Sequence[Any] | None = None) -> tuple[dict[int, CitationJudgment | None], list[int]]:
         n = len(completions)
         parsed = [parse_final(c, self.phrases) for c in completions]
-        answered = [i for i, p in enumerate(parsed) if p.parsable and not p.abstained]
+        rewarded = [i for i, p in enumerate(parsed) if p.parsable and not p.abstained]
+        if self.cfg.cite_on == "correct":
+            outcomes = ([v.score.outcome for v in verdicts] if verdicts is not None
+                        else self._outcomes(parsed, kw, n))
+            rewarded = [i for i in rewarded if outcomes[i] == "correct"]
         judgments: dict[int, CitationJudgment | None] = {}
-        failures_before = self._failures()
         if isinstance(self.judge, GoldJudge):
             supporting = kw.get("supporting")
             if supporting is None or len(supporting) != n:
                 raise ValueError("the gold citation judge needs the dataset column 'supporting' "
                                  "(one list of passage ids per rollout)")
-            for i in answered:
+            for i in rewarded:
                 judgments[i] = self.judge.judge(parsed[i].citations, supporting[i] or [])
         else:
-            requests = [self._request(i, prompts, parsed[i], kw) for i in answered]
-            judgments = dict(zip(answered, self.judge.judge_many(requests)))
-        rewards: list[float | None] = [None] * n
-        for i, judgment in judgments.items():
-            if judgment is not None:
-                rewards[i] = judgment.reward(self.cfg.w_red)
-        self._log(kw.get("log_metric"), answered, judgments, self._failures() - failures_before)
-        return rewards
+            requests = [self._request(i, prompts, parsed[i], kw) for i in rewarded]
+            judgments = dict(zip(rewarded, self.judge.judge_many(requests)))
+        return judgments, rewarded
+
+    def _outcomes(self, parsed: Sequence[Any], kw: dict[str, Any], n: int) -> list[str]:
+        answers = kw.get("answers")
+        if answers is None or len(answers) != n:
+            raise ValueError("cite_on: correct needs the dataset column 'answers' to know which answers are "
+                             "correct (or set reward.cite_on: answered)")
+        answerable = kw.get("answerable") or [True] * n
+        return [score(parsed[i], answers[i], answerable=bool(answerable[i]), metric=self.rollout.metric).outcome
+                for i in range(n)]
 
     def _failures(self) -> int:
         return self.judge.stats.failed if isinstance(self.judge, LLMJudge) else 0
@@ -372,7 +405,7 @@ class CitationReward:
         shown = tuple(self.passages[pid] for pid in seen if pid in self.passages)
         return JudgeRequest(question=question, answer=parsed.answer, cited=tuple(parsed.citations), passages=shown)
 
-    def _log(self, log_metric: Any, answered: list[int], judgments: dict[int, CitationJudgment | None],
+    def _log(self, log_metric: Any, rewarded: list[int], judgments: dict[int, CitationJudgment | None],
              failures: int) -> None:
         if log_metric is None:
             return
@@ -380,8 +413,8 @@ class CitationReward:
         if done:
             log_metric("cite/coverage", sum(j.coverage for j in done) / len(done))
             log_metric("cite/redundancy", sum(j.redundancy for j in done) / len(done))
-        if answered:
-            log_metric("cite/judged", len(done) / len(answered))
+        if rewarded:
+            log_metric("cite/judged", len(done) / len(rewarded))
         log_metric("cite/judge_failures", float(failures))
 
 

@@ -1,37 +1,33 @@
 """`RewardConfig`: every setting of the AWA reward, its baselines and the citation judges.
 
 One field per knob, each with a one-line ``help``; the training YAML holds them under a
-``reward:`` section. Defaults are awarl's own documented choices (DESIGN §6), not paper values.
+``reward:`` section. Defaults are awarl's own documented choices (docs/rewards.md), not paper values.
 Bad values are rejected when the config is built, with the reason and the fix.
 """
 
 from __future__ import annotations
 
-import difflib
-import math
-from dataclasses import MISSING, asdict, dataclass, field, fields
+import typing
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+from awarl.config_fields import ConfigError, check_type, closest, doc, load_yaml
+from awarl.config_fields import field_help as config_field_help
 
-RewardKind = Literal["awa", "static", "ternary", "none"]
-OutcomeMetric = Literal["em", "f1"]
+RewardKind = Literal["awa", "static", "ternary", "none", "unanswerable_only"]
 JudgeKind = Literal["gold", "llm", "off"]
+CiteOn = Literal["correct", "answered"]
 
-_KINDS = ("awa", "static", "ternary", "none")
-_OUTCOMES = ("em", "f1")
-_JUDGES = ("gold", "llm", "off")
+_KINDS = typing.get_args(RewardKind)
+_JUDGES = typing.get_args(JudgeKind)
 
-
-class RewardConfigError(ValueError):
-    """A reward setting that cannot work; the message names the field, the reason and the fix."""
+RewardConfigError = ConfigError
+"""A reward setting that cannot work (the one configuration error of awarl)."""
 
 
 def _f(default: Any, help: str) -> Any:
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+    return doc(help, default=default)
 
 
 @dataclass
@@ -39,9 +35,9 @@ class RewardConfig:
     """Settings of the answer/abstain reward, the dynamic penalty and the citation reward."""
 
     kind: RewardKind = _f("awa", "Reward for abstaining: awa (R_base - P_t), static (constant), "
-                                 "ternary (+1 correct / 0 abstain / -1 wrong), none (abstain scores as wrong).")
-    outcome: OutcomeMetric = _f("em", "What a correct answer earns: em (r_correct when exact match) or f1 "
-                                      "(r_wrong + (r_correct - r_wrong) * token F1).")
+                                 "ternary (+1 correct / 0 abstain / -1 wrong), none (abstain scores as wrong), "
+                                 "unanswerable_only (the data-manipulation baseline: abstaining earns r_correct on "
+                                 "questions marked unanswerable, r_wrong on the others).")
     r_correct: float = _f(1.0, "Reward of a correct answer.")
     r_wrong: float = _f(0.0, "Reward of a wrong or unparsable answer.")
     p_clip: float = _f(0.1, "Lower clip on p in R_base = 1 - max(p, p_clip)^gamma, in [0, 1).")
@@ -55,9 +51,9 @@ class RewardConfig:
     abstain_requires_search: bool = _f(False, "An abstention counts only after at least one search; before "
                                               "that it scores as a wrong answer.")
     static_reward: float = _f(0.5, "Reward of an abstention for kind=static.")
-    refusal_phrases: list[str] = _f([], "Answers that count as abstentions; empty means the protocol's "
-                                        "default phrases.")
     w_cite: float = _f(0.2, "Weight of the citation reward (coverage - w_red * redundancy), >= 0; 0 drops it.")
+    cite_on: CiteOn = _f("correct", "Which answers earn the citation term: correct (default: citations never make "
+                                    "a wrong answer pay more than abstaining) or answered (all answers; ablations).")
     w_red: float = _f(0.5, "Weight of redundancy inside the citation reward, >= 0.")
     judge: JudgeKind = _f("gold", "Citation judge: gold (dataset supporting passages), llm (OpenAI-compatible "
                                   "judge model) or off.")
@@ -76,9 +72,6 @@ class RewardConfig:
 
     def __post_init__(self) -> None:
         self._check_types()
-        _choice("kind", self.kind, _KINDS)
-        _choice("outcome", self.outcome, _OUTCOMES)
-        _choice("judge", self.judge, _JUDGES)
         if not self.r_correct > self.r_wrong:
             _fail("r_correct", f"must exceed r_wrong ({self.r_wrong}), got {self.r_correct}",
                   "a correct answer has to pay more than a wrong one")
@@ -111,55 +104,43 @@ class RewardConfig:
                   "set corpus_path to the run's corpus.jsonl")
 
     def _check_types(self) -> None:
+        hints = typing.get_type_hints(type(self))
         for f in fields(self):
-            value = getattr(self, f.name)
-            kind = _field_kind(f.default if f.default is not MISSING else [])
-            if f.name in ("judge_base_url", "judge_model", "judge_api_key_env", "judge_cache_path", "corpus_path"):
-                if value is not None and not isinstance(value, str):
-                    _fail(f.name, f"must be a string or null, got {type(value).__name__}", "quote the value")
-            elif kind is float:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    _fail(f.name, f"must be a finite number, got {value!r}", "write a plain number")
-                setattr(self, f.name, float(value))
-            elif kind is int:
-                if isinstance(value, bool) or not isinstance(value, int):
-                    _fail(f.name, f"must be an integer, got {value!r}", "write a whole number")
-            elif kind is bool:
-                if not isinstance(value, bool):
-                    _fail(f.name, f"must be true or false, got {value!r}", "write true or false")
-            elif kind is list:
-                if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-                    _fail(f.name, f"must be a list of strings, got {value!r}", "write a YAML list of strings")
-                setattr(self, f.name, list(value))
+            try:
+                value = check_type(getattr(self, f.name), hints[f.name], f.name)
+            except ConfigError as exc:
+                _fail(f.name, str(exc).split(": ", 1)[-1], "write a value of that type (docs/rewards.md lists every field)")
+            object.__setattr__(self, f.name, value)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any] | None) -> "RewardConfig":
+    def from_dict(cls, values: dict[str, Any] | None, where: str = "reward config") -> "RewardConfig":
         """Build from a plain mapping (the ``reward:`` section of a training YAML); unknown keys
         are an error naming the closest known key."""
         values = dict(values or {})
+        for moved, to in (("outcome", "rollout.metric"), ("refusal_phrases", "rollout.refusal_phrases")):
+            if moved in values:
+                raise ConfigError(f"{where}: '{moved}' moved to '{to}' (the rollout settings p_i, training and "
+                                  f"evaluation share); move it there")
         known = {f.name for f in fields(cls)}
         for key in values:
             if key not in known:
-                close = difflib.get_close_matches(str(key), sorted(known), n=1)
-                hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
-                raise RewardConfigError(f"reward config: unknown key '{key}'; {hint}")
-        return cls(**values)
+                hint = closest(key, known)
+                raise ConfigError(f"{where}: unknown key '{key}'; " + (f"did you mean '{hint}'?" if hint else
+                                                                       f"known keys: {', '.join(sorted(known))}"))
+        try:
+            return cls(**values)  # __post_init__ checks every type and range, naming the field and the fix
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
 
     @classmethod
     def from_yaml(cls, path: str | Path, section: str | None = "reward") -> "RewardConfig":
         """Read ``section`` of a YAML file (the whole file when ``section`` is None)."""
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
+        data = load_yaml(Path(path).read_text(encoding="utf-8")) or {}
         if section is not None:
             if not isinstance(data, dict):
-                raise RewardConfigError(f"{path}: expected a mapping at the top level")
+                raise ConfigError(f"{path}: expected a mapping at the top level")
             data = data.get(section) or {}
-        if not isinstance(data, dict):
-            raise RewardConfigError(f"{path}: section '{section}' must be a mapping, got {type(data).__name__}")
-        try:
-            return cls.from_dict(data)
-        except RewardConfigError as err:
-            raise RewardConfigError(f"{path}: {err}") from None
+        return cls.from_dict(data, f"{path}: {section or 'reward'}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,25 +153,8 @@ class RewardConfig:
 
 def field_help() -> dict[str, str]:
     """Field name -> one-line description, for docs and ``--help`` output."""
-    return {f.name: f.metadata["help"] for f in fields(RewardConfig)}
-
-
-def _field_kind(default: Any) -> type | None:
-    if isinstance(default, bool):
-        return bool
-    if isinstance(default, int):
-        return int
-    if isinstance(default, float):
-        return float
-    if isinstance(default, list):
-        return list
-    return None
-
-
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        _fail(name, f"must be one of {', '.join(allowed)}, got {value!r}", f"pick one of {', '.join(allowed)}")
+    return config_field_help(RewardConfig)
 
 
 def _fail(name: str, problem: str, fix: str) -> None:
-    raise RewardConfigError(f"reward config field '{name}' {problem}: {fix}")
+    raise ConfigError(f"reward config field '{name}' {problem}: {fix}")

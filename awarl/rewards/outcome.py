@@ -21,6 +21,7 @@ class Verdict:
 
     parsed: ParsedAnswer
     score: Score
+    answerable: bool = True
 
     @property
     def abstained(self) -> bool:
@@ -41,7 +42,7 @@ def judge_completion(completion, golds: Sequence[str], *, answerable: bool = Tru
     'unparsable'
     """
     parsed = parse_final(completion, phrases)
-    return Verdict(parsed, score(parsed, golds, answerable=answerable, metric=metric))
+    return Verdict(parsed, score(parsed, golds, answerable=answerable, metric=metric), answerable)
 
 
 def outcome_reward(verdict_score: Score, *, r_correct: float = 1.0, r_wrong: float = 0.0,

@@ -2,64 +2,41 @@
 
 A recipe has one section per concern::
 
-    model:   the checkpoint to start from and the LoRA settings
-    data:    records (with the capability column ``p``), corpus or index, retrieval scope
-    env:     the search tool (top-k, search budget, result token budget)
+    model:   the base checkpoint and the LoRA settings
+    data:    records (with the capability column ``p``), corpus / index / retrieval server, eval split
+    rollout: the agent (`awarl.agent.settings.RolloutSettings`): prompt, search tool, budgets,
+             correctness metric, refusal phrases — the very settings p_i and evaluation use
     reward:  `awarl.rewards.config.RewardConfig` (AWA reward, baselines, citation reward)
-    grpo:    TRL ``GRPOConfig`` fields, passed through unchanged (checked against GRPOConfig)
-    sft:     the cold-start SFT data source and TRL ``SFTConfig`` fields
+    grpo:    TRL ``GRPOConfig`` fields, passed through (checked against GRPOConfig)
+    sft:     the cold-start SFT stage and TRL ``SFTConfig`` fields
     logging: tensorboard / wandb, summary line
 
 Any field can be overridden on the command line with ``--set section.field=value`` (the value is
 parsed as YAML, so ``--set reward.gamma=0.3`` is a float and ``--set grpo.report_to=[tensorboard]``
-a list). Loading never imports torch; `TrainConfig.check_trainer_fields` imports TRL to check the
-pass-through sections.
+a list). Every field's type is enforced when the recipe loads (`awarl.config_fields`); `awarl train
+check` and every training command run the same validation. Loading never imports torch;
+`TrainConfig.check_trainer_fields` imports TRL to check the pass-through sections.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from awarl.agent.settings import RECIPE_FILE, RolloutSettings
+from awarl.config_fields import ConfigError, build, closest, load_yaml
+from awarl.config_fields import doc as _doc
 from awarl.rewards.config import RewardConfig
-
 
 log = logging.getLogger(__name__)
 
-
-class ConfigError(ValueError):
-    """A recipe that cannot run; the message names the field, the problem and the fix."""
-
-
-class _Yaml12Loader(yaml.SafeLoader):
-    """YAML with 1.2 booleans and floats: only true/false are booleans (``save_strategy: no``
-    stays "no") and ``1e-5`` is a number."""
-
-
-_Yaml12Loader.yaml_implicit_resolvers = {
-    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                    list("tTfF"))
-# YAML 1.2 floats also include 1e-5 (1.1 needs a dot: 1.0e-5).
-_Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+$"),
-                                    list("-+0123456789"))
-
-
-def load_yaml(text: str) -> Any:
-    """Parse YAML text with 1.2 booleans (`_Yaml12Loader`)."""
-    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
-
-
-def _doc(text: str, **kw: Any) -> Any:
-    return field(metadata={"help": text}, **kw)
+__all__ = ["ConfigError", "DataConfig", "LoggingConfig", "ModelConfig", "SFTSection", "TrainConfig", "apply_override",
+           "load_yaml"]
 
 
 @dataclass
@@ -98,40 +75,27 @@ class DataConfig:
                              default=None)
     retriever_url: str | None = _doc("URL of a running `awarl search serve` (one per node on a cluster); "
                                      "overrides corpus/index.", default=None)
-    scope: Literal["global", "closed"] = _doc(
-        "'global': one index over all passages; 'closed': each question searches only its own passages.",
-        default="global")
     limit: int | None = _doc("Use only the first N records (smoke runs).", default=None)
-    system_prompt: str | None = _doc("Replace the protocol's system prompt (None = awarl.protocol's).",
-                                     default=None)
+    eval_records: str | None = _doc("Held-out records.jsonl evaluated during GRPO (set grpo.eval_strategy and "
+                                    "grpo.eval_steps); the penalty is frozen while it runs.", default=None)
+    eval_capability: str | None = _doc("Capability file of eval_records (same checkpoint and rollout settings as "
+                                       "data.capability); needed by the AWA reward.", default=None)
+    eval_limit: int | None = _doc("Use only the first N eval records.", default=None)
 
     def __post_init__(self) -> None:
-        if self.limit is not None and self.limit <= 0:
-            raise ConfigError(f"data.limit must be a positive number or null, got {self.limit}")
-
-
-@dataclass
-class EnvConfig:
-    """The search tool the agent calls during rollouts."""
-
-    topk: int = _doc("Passages returned per search.", default=3)
-    max_searches: int = _doc("Search budget per rollout; also TRL's max_tool_calling_iterations unless set there.",
-                             default=4)
-    max_passage_words: int = _doc("Words kept of each returned passage (keeps results inside "
-                                  "grpo.max_completion_length, which counts tool results).", default=100)
-
-    def __post_init__(self) -> None:
-        for name in ("topk", "max_searches", "max_passage_words"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"env.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("limit", "eval_limit"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be a positive number or null, got {value}")
 
 
 @dataclass
 class SFTSection:
     """Cold-start SFT: where the trajectories come from, and TRL ``SFTConfig`` fields."""
 
-    init_from: str | None = _doc("Model SFT starts from; None = model.path (GRPO then starts from SFT's output).",
-                                 default=None)
+    enabled: bool | None = _doc("The recipe has an SFT stage: GRPO (and p_i) then start from its output "
+                                "(<sft.output_dir>/final). null = true when sft.args is set.", default=None)
+    init_from: str | None = _doc("Model SFT starts from; null = model.path.", default=None)
     output_dir: str | None = _doc("Where SFT writes; None = <output_dir>/sft. The model lands in <it>/final.",
                                   default=None)
     source: Literal["gold", "trajectories"] = _doc(
@@ -152,6 +116,8 @@ class SFTSection:
                                 default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.enabled is None:
+            self.enabled = bool(self.args)
         if not 0.0 <= self.abstain_share < 1.0:
             raise ConfigError(f"sft.abstain_share must be in [0, 1), got {self.abstain_share}")
         if self.source == "trajectories" and not self.trajectories:
@@ -177,7 +143,8 @@ class TrainConfig:
 
     model: ModelConfig = _doc("Model section.", default_factory=ModelConfig)
     data: DataConfig = _doc("Data section.", default_factory=DataConfig)
-    env: EnvConfig = _doc("Search tool section.", default_factory=EnvConfig)
+    rollout: RolloutSettings = _doc("The agent: prompt, search tool, budgets, metric, refusal phrases "
+                                    "(awarl.agent.settings.RolloutSettings).", default_factory=RolloutSettings)
     reward: RewardConfig = _doc("Reward section (awarl.rewards.config.RewardConfig).", default_factory=RewardConfig)
     grpo: dict[str, Any] = _doc("TRL GRPOConfig fields, passed through.", default_factory=dict)
     sft: SFTSection = _doc("Cold-start SFT section.", default_factory=SFTSection)
@@ -192,26 +159,15 @@ class TrainConfig:
         where = source or "<config>"
         if not isinstance(raw, dict):
             raise ConfigError(f"{where}: the recipe must be a YAML mapping, got {type(raw).__name__}")
-        sections = {"model": ModelConfig, "data": DataConfig, "env": EnvConfig, "reward": RewardConfig,
-                    "sft": SFTSection, "logging": LoggingConfig}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown top-level key(s) {unknown}; known: {sorted(known - {'source'})}")
-        kwargs: dict[str, Any] = {}
-        for name, value in raw.items():
-            if name in sections:
-                kwargs[name] = _build_section(sections[name], value or {}, f"{where}: {name}")
-            elif name == "grpo":
-                if not isinstance(value or {}, dict):
-                    raise ConfigError(f"{where}: grpo must be a mapping of GRPOConfig fields")
-                kwargs[name] = dict(value or {})
-            else:
-                kwargs[name] = value
-        try:
-            cfg = cls(**kwargs, source=source)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+        raw = dict(raw)
+        _refuse_moved(raw, where)
+        raw.pop("source", None)
+        nested = {name: (lambda value, at, c=c: build(c, value, at)) for name, c in _SECTIONS.items()}
+        nested["reward"] = lambda value, at: RewardConfig.from_dict(value or {}, at)
+        nested["rollout"] = lambda value, at: RolloutSettings.from_dict(value or {}, at)
+        nested["grpo"] = lambda value, at: _mapping(value, at)
+        cfg = build(cls, raw, f"{where}:", nested=nested)
+        cfg.source = source
         try:
             cfg.validate()
         except ConfigError as exc:
@@ -222,10 +178,12 @@ class TrainConfig:
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "TrainConfig":
         """Load a recipe and apply ``section.field=value`` overrides."""
         path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"{path}: recipe not found")
+        if not path.is_file():
+            raise ConfigError(f"{path}: recipe not found" if not path.exists() else f"{path}: a folder, not a recipe")
         try:
             raw = load_yaml(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML ({exc})") from None
         for item in overrides or []:
@@ -235,15 +193,68 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out.pop("source", None)
+        out["rollout"] = self.rollout.to_dict()
         return out
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the resolved recipe (``awarl_recipe.yaml``) and the rollout settings (``rollout.json``)
+        into ``folder``, so a checkpoint says how it was trained and is served under the same agent."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / RECIPE_FILE
+        header = f"# resolved recipe{f' from {self.source}' if self.source else ''}\n"
+        path.write_text(header + yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True),
+                        encoding="utf-8")
+        self.rollout.save(folder)
+        return path
+
+    def sft_final(self) -> Path:
+        """Where the SFT stage writes its model."""
+        return Path(self.sft.output_dir or Path(self.output_dir) / "sft") / "final"
+
+    def grpo_start(self) -> str:
+        """The checkpoint GRPO starts from (and p_i must be measured on): the SFT stage's output when the
+        recipe has one, else model.path."""
+        return str(self.sft_final()) if self.sft.enabled else self.model.path
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """Flat ``section/field`` values for tensorboard / wandb hparams and reports."""
+        flat: dict[str, Any] = {}
+        for section in ("reward", "rollout"):
+            for key, value in getattr(self, section).to_dict().items():
+                if isinstance(value, (int, float, str, bool)) and key != "system_prompt":
+                    flat[f"{section}/{key}"] = value
+        for key in ("learning_rate", "num_generations", "per_device_train_batch_size", "steps_per_generation",
+                    "temperature", "max_steps", "beta", "loss_type"):
+            if key in self.grpo:
+                flat[f"grpo/{key}"] = self.grpo[key]
+        flat["model/path"] = self.grpo_start()
+        flat["seed"] = self.seed
+        return flat
 
     # -- checks ----------------------------------------------------------------------------------------------
     def validate(self) -> None:
         """Cross-section checks that need no torch."""
+        if not self.model.path:
+            raise ConfigError("model.path is empty: set it to a local model folder or a hub id you have cached")
+        for key, instead in (("max_completion_length", "rollout.max_completion_tokens"),
+                             ("max_tool_calling_iterations", "rollout.max_searches")):
+            if key in self.grpo:
+                raise ConfigError(f"grpo.{key} is set from {instead} (one definition of the agent for p_i, training "
+                                  f"and evaluation): remove it from grpo and set {instead}")
+        for key, kind in (("num_generations", int), ("save_steps", int), ("gradient_accumulation_steps", int),
+                          ("steps_per_generation", int), ("num_iterations", int), ("beta", float),
+                          ("learning_rate", float), ("max_steps", int), ("temperature", float)):
+            value = self.grpo.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)):
+                raise ConfigError(f"grpo.{key} must be {'a number' if kind is float else 'a whole number'}, got {value!r}")
+        warning = self.rollout.budget_warning()
+        if warning:
+            log.warning(warning)
         if self.model.lora and self.grpo.get("beta", 0.0) and self.grpo.get("sync_ref_model"):
             raise ConfigError("grpo.sync_ref_model does not work with model.lora (the reference is the model with "
                               "adapters disabled): turn one of them off")
-        if self.grpo.get("use_vllm") and self.grpo.get("vllm_mode") == "server" and self.env.max_searches > 1:
+        if self.grpo.get("use_vllm") and self.grpo.get("vllm_mode") == "server" and self.rollout.max_searches > 1:
             # docs/training.md: processes run different numbers of tool rounds, and server mode
             # synchronises inside every generate call, so a multi-process run can hang.
             log.warning("grpo.vllm_mode 'server' with multi-turn tool calls can hang when several training "
@@ -254,7 +265,7 @@ class TrainConfig:
         # TRL generates once every steps_per_generation * num_iterations micro-batches.
         every = self.grpo.get("steps_per_generation") or accumulation
         every *= self.grpo.get("num_iterations", 1)
-        if isinstance(save_steps, int) and (save_steps * accumulation) % every:
+        if isinstance(save_steps, int) and isinstance(every, int) and (save_steps * accumulation) % every:
             # A checkpoint inside a generation batch would make a resumed run generate that batch anew.
             raise ConfigError(
                 f"grpo.save_steps ({save_steps}) must end on a generation batch: one generation batch lasts "
@@ -272,43 +283,58 @@ class TrainConfig:
             names = {f.name for f in fields(cls)}
             bad = sorted(set(values) - names)
             if bad:
-                hints = {b: _closest(b, names) for b in bad}
+                hints = {b: closest(b, names) for b in bad}
                 raise ConfigError(f"{self.source or '<config>'}: {section} has field(s) that {cls.__name__} does "
                                   f"not know: " + ", ".join(f"{b!r} (did you mean {h!r}?)" if h else repr(b)
                                                              for b, h in hints.items()))
             reserved = {"output_dir", "seed"} & set(values)
             if reserved:
                 raise ConfigError(f"{section}: set {sorted(reserved)} at the top level of the recipe, not here")
+            defaults = {f.name: f.default for f in fields(cls)}
+            for name, value in values.items():
+                _check_like_default(value, defaults[name], f"{self.source or '<config>'}: {section}.{name}")
 
 
-def _build_section(cls: type, value: Any, where: str) -> Any:
-    if isinstance(value, cls):
-        return value
+def _check_like_default(value: Any, default: Any, where: str) -> None:
+    """A pass-through TRL field must have the type of its default (``learning_rate: abc`` is refused here,
+    not deep inside the trainer); fields whose default is None or a container are left to TRL."""
+    if value is None or default is None or default is dataclasses.MISSING:
+        return
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif isinstance(default, str):
+        ok = isinstance(value, str)  # enum-valued fields (str subclasses) take their names too
+    else:
+        return
+    if not ok:
+        raise ConfigError(f"{where}: expected {type(default).__name__} like the default {default!r}, got {value!r}")
+
+
+_SECTIONS: dict[str, type] = {}  # filled below, once every section class exists
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be a mapping, got {type(value).__name__}")
-    if cls is RewardConfig:
-        try:
-            return RewardConfig.from_dict(value)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(value) - names)
-    if unknown:
-        hints = [f"{u!r}" + (f" (did you mean {h!r}?)" if (h := _closest(u, names)) else "") for u in unknown]
-        raise ConfigError(f"{where}: unknown field(s) {', '.join(hints)}")
-    try:
-        return cls(**value)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where} must be a mapping of fields, got {type(value).__name__}")
+    return dict(value)
 
 
-def _closest(name: str, names: set[str]) -> str | None:
-    import difflib
-
-    found = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.7)
-    return found[0] if found else None
+def _refuse_moved(raw: dict[str, Any], where: str) -> None:
+    """Recipes written for the old layout get the new place of each field, not 'unknown field'."""
+    if "env" in raw:
+        raise ConfigError(f"{where}: the 'env' section is now 'rollout' (topk, passage_words instead of "
+                          f"max_passage_words, max_searches), shared by p_i, training and evaluation")
+    data = raw.get("data")
+    if isinstance(data, dict):
+        for key in ("scope", "system_prompt"):
+            if key in data:
+                raise ConfigError(f"{where}: data.{key} moved to rollout.{key} (one definition of the agent)")
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
@@ -340,3 +366,6 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
             raise ConfigError(f"override {item!r}: {part!r} is not a section")
         node = nxt
     node[parts[-1]] = value
+
+
+_SECTIONS.update({"model": ModelConfig, "data": DataConfig, "sft": SFTSection, "logging": LoggingConfig})

@@ -3,15 +3,18 @@
 `main` reads top to bottom in named stages:
 
 1. `load_training_records` — records with the capability column ``p`` (refuses to start, with
-   the fix, when the reward needs ``p`` and it is missing);
+   the fix, when the reward needs ``p`` and it is missing, or when the capability file was
+   measured on another checkpoint or under other rollout settings than this recipe's);
 2. `build_dataset` — one row per question: the protocol's prompt plus the columns the rewards
    and the environment read (answers, answerable, supporting, passages, p, id);
-3. `configure_env` — the retriever ``SearchEnv`` shares at class level;
+3. `env_factory` — ``SearchEnv`` instances over the run's retriever, with the recipe's rollout settings;
 4. `build_rewards` — `awarl.rewards.build_reward_funcs`, the stateful answer/abstain reward first;
 5. `grpo_args` — TRL ``GRPOConfig`` from the recipe's ``grpo`` section plus awarl's defaults;
-6. the trainer, with the penalty-state and summary callbacks; `resume_checkpoint` restores the
-   penalty state before TRL restores weights, optimizer, RNG and data position;
-7. the final model saved with its tokenizer and chat template.
+6. the trainer, with the penalty-state and summary callbacks; the penalty is frozen while TRL
+   evaluates on the held-out split; `resume_checkpoint` restores the penalty state before TRL
+   restores weights, optimizer, RNG and data position;
+7. the final model saved with its tokenizer, chat template and the resolved recipe
+   (``awarl_recipe.yaml``, ``rollout.json``), so it is evaluated and served as it was trained.
 """
 
 from __future__ import annotations
@@ -30,34 +33,43 @@ log = logging.getLogger(__name__)
 
 
 # -- stage 1: records ----------------------------------------------------------------------------------------
-def load_training_records(config: TrainConfig) -> list[QARecord]:
-    """Records with ``meta[p_field]`` set from the records themselves or the capability file."""
+def load_training_records(config: TrainConfig, *, split: str = "train") -> list[QARecord]:
+    """Records with ``meta[p_field]`` set from the records themselves or the capability file
+    (``split`` "eval" reads ``data.eval_records`` / ``data.eval_capability``)."""
     data = config.data
-    if not data.records:
-        raise ConfigError("data.records is empty: set it to records.jsonl from `awarl data prepare`")
-    records = load_records(data.records)
-    if data.limit:
-        records = records[: data.limit]
+    path, cap_path, limit = ((data.records, data.capability, data.limit) if split == "train"
+                             else (data.eval_records, data.eval_capability, data.eval_limit))
+    field_name = "data.records" if split == "train" else "data.eval_records"
+    if not path:
+        raise ConfigError(f"{field_name} is empty: set it to records.jsonl from `awarl data prepare`")
+    records = load_records(path)
+    if limit:
+        records = records[:limit]
     if not records:
-        raise DataError(data.records, "-", "no records")
-    if data.capability:
-        capability = _read_capability(data.capability, data.p_field)
+        raise DataError(path, "-", "no records")
+    if cap_path:
+        capability = read_capability(cap_path, config)
         for rec in records:
             if rec.id in capability:
                 rec.meta[data.p_field] = capability[rec.id]
     needs_p = config.reward.kind == "awa"
     missing = [r.id for r in records if not isinstance(r.meta.get(data.p_field), (int, float))]
     if missing and needs_p:
-        source = data.capability or data.records
+        source = cap_path or path
         raise ConfigError(
             f"{source}: {len(missing)} of {len(records)} records have no capability '{data.p_field}' "
-            f"(first: {missing[:3]}). The AWA reward needs it. Fix: run `awarl capability estimate` on these "
-            f"records with the starting checkpoint and set data.capability to its output (or add a "
-            f"'{data.p_field}' field to every record), or train a baseline with reward.kind static/ternary/none.")
+            f"(first: {missing[:3]}). The AWA reward needs it. Fix: run `awarl capability estimate --config "
+            f"{config.source or 'RECIPE'} --model {config.grpo_start()}` on these records and point "
+            f"{'data.capability' if split == 'train' else 'data.eval_capability'} at its output, or train a "
+            f"baseline with reward.kind static/ternary/none.")
     return records
 
 
-def _read_capability(path: str, p_field: str) -> dict[str, float]:
+def read_capability(path: str, config: TrainConfig) -> dict[str, float]:
+    """``{id: p}`` from a capability file, refusing rows measured on another checkpoint than the one GRPO
+    starts from or under other rollout settings than the recipe's (the paper's p_i is the starting
+    policy's capability under the training rollout settings)."""
+    p_field = config.data.p_field
     out: dict[str, float] = {}
     for lineno, row in iter_jsonl(path):
         if not isinstance(row.get("id"), str):
@@ -65,8 +77,36 @@ def _read_capability(path: str, p_field: str) -> dict[str, float]:
         p = row.get(p_field, row.get("p_i"))
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
             raise DataError(path, f"line {lineno}", f"capability must be a number in [0, 1], got {p!r}", p_field)
+        measured = row.get("capability")
+        if isinstance(measured, dict):
+            _check_measured(path, lineno, measured, config)
         out[row["id"]] = float(p)
     return out
+
+
+def _check_measured(path: str, lineno: int, measured: dict[str, Any], config: TrainConfig) -> None:
+    fix = (f"Re-estimate with `awarl capability estimate --config {config.source or 'RECIPE'} --model "
+           f"{config.grpo_start()} ...` (a new --out), or change the recipe back.")
+    diff = config.rollout.mismatch(measured.get("rollout"))
+    if diff:
+        raise ConfigError(f"{path}, line {lineno}: p_i was measured under other rollout settings than this recipe's "
+                          f"({'; '.join(diff)}; measured vs recipe). {fix}")
+    model = measured.get("model")
+    if isinstance(model, str) and not same_checkpoint(model, config.grpo_start()):
+        raise ConfigError(f"{path}, line {lineno}: p_i was measured on {model!r}, but GRPO starts from "
+                          f"{config.grpo_start()!r}. p_i must describe the starting checkpoint. {fix}")
+
+
+def same_checkpoint(spec: str, path: str) -> bool:
+    """Whether a backend spec (PATH, hf:PATH, vllm:PATH, openai:URL#MODEL) names the checkpoint ``path``;
+    an OpenAI-compatible endpoint cannot be compared and counts as the same."""
+    if spec.startswith("openai:"):
+        return True
+    bare = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
+    if bare == path:
+        return True
+    a, b = Path(bare), Path(path)
+    return a.exists() and b.exists() and a.resolve() == b.resolve()
 
 
 # -- stage 2: dataset ----------------------------------------------------------------------------------------
@@ -79,7 +119,7 @@ def build_dataset(records: Sequence[QARecord], config: TrainConfig):
     rows = []
     for rec in records:
         row = {
-            "prompt": build_messages(rec.question, config.data.system_prompt),
+            "prompt": build_messages(rec.question, config.rollout.prompt),
             "id": rec.id,
             "answers": list(rec.answers),
             "answerable": rec.answerable,
@@ -96,28 +136,18 @@ def build_dataset(records: Sequence[QARecord], config: TrainConfig):
 
 
 # -- stage 3: environment ------------------------------------------------------------------------------------
-def configure_env(config: TrainConfig) -> type:
-    """Give ``SearchEnv`` its class-level retriever and limits; returns the class (the factory)."""
-    from awarl.agent.env import SearchEnv
+def env_factory(config: TrainConfig) -> Callable[[], Any]:
+    """TRL's ``environment_factory``: `SearchEnv` instances over the run's retriever (server, index or
+    corpus), with the recipe's rollout settings (scope, top-k, passage words, search budget)."""
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.setup import resolve_retriever
 
     data = config.data
-    if data.retriever_url:
-        from awarl.search.client import HttpRetriever
-
-        retriever = HttpRetriever(data.retriever_url)
-    elif data.index:
-        from awarl.search.index import load_index
-
-        retriever = load_index(data.index)
-    elif data.corpus:
-        from awarl.data.records import load_corpus
-        from awarl.search.bm25 import BM25Index
-
-        retriever = BM25Index.build(load_corpus(data.corpus))
-    else:
+    if not (data.retriever_url or data.index or data.corpus):
         raise ConfigError("the search tool needs data.corpus, data.index or data.retriever_url")
-    return SearchEnv.configure(retriever, topk=config.env.topk, max_searches=config.env.max_searches,
-                               max_tokens=config.env.max_passage_words, scope=data.scope)
+    url = data.retriever_url
+    retriever = resolve_retriever(None if url else data.index, None if (url or data.index) else data.corpus, url)
+    return search_env_factory(retriever, config.rollout)
 
 
 # -- stage 4: rewards ----------------------------------------------------------------------------------------
@@ -126,7 +156,7 @@ def build_rewards(config: TrainConfig) -> tuple[list[Callable], list[float], Any
     state is checkpointed."""
     from awarl.rewards import answer_abstain_reward, build_reward_funcs
 
-    funcs, weights = build_reward_funcs(config.reward)
+    funcs, weights = build_reward_funcs(config.reward, config.rollout)
     return funcs, weights, answer_abstain_reward(funcs)
 
 
@@ -145,7 +175,9 @@ def grpo_args(config: TrainConfig, output_dir: str | None = None, reward_weights
         "data_seed": config.seed,
         "report_to": report_to(config.logging),
         "logging_steps": 1,
-        "max_tool_calling_iterations": config.env.max_searches,
+        # The agent's budgets come from the rollout settings only (validate() refuses them in grpo:).
+        "max_tool_calling_iterations": config.rollout.max_searches,
+        "max_completion_length": config.rollout.max_completion_tokens,
         "bf16": on_gpu,  # TRL's default bf16=True means CPU autocast on a CPU box
         "use_cpu": not on_gpu,
         # TRL turns gradient checkpointing on by default; transformers >= 5.18 renames the flag
@@ -164,16 +196,24 @@ def load_model_and_tokenizer(config: TrainConfig, path: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = path or config.model.path
+    path = path or config.grpo_start()
     if not path:
         raise ConfigError("model.path is empty: set it to a model folder or hub id")
+    if config.sft.enabled and path == str(config.sft_final()) and not Path(path).exists():
+        raise ConfigError(f"{path}: the recipe has an SFT stage and GRPO starts from its output, which does not "
+                          f"exist yet; run `awarl train sft --config {config.source or 'RECIPE'}` first (or set "
+                          f"sft.enabled: false to start from model.path)")
     dtype = config.model.dtype
     if dtype == "auto":
         dtype = "bfloat16" if torch.cuda.is_available() else "float32"
     kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
     if config.model.attn_implementation:
         kwargs["attn_implementation"] = config.model.attn_implementation
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot load a tokenizer: not a local model folder, and not a hub id in the local "
+                          f"cache (runs here are offline): {str(exc).splitlines()[0]}") from None
     if not tokenizer.chat_template:
         raise ConfigError(f"{path}: the tokenizer has no chat template; the tool loop needs one (an Instruct model)")
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
@@ -217,18 +257,22 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
     """Stages 1-5 and the trainer; returns ``(trainer, stateful_reward)``."""
     from trl import GRPOTrainer
 
-    from awarl.train.callbacks import PenaltyStateCallback, SummaryCallback, configure_logging
+    from awarl.train.callbacks import HyperparameterCallback, PenaltyStateCallback, SummaryCallback, configure_logging
 
     config.check_trainer_fields()
     out = output_dir or config.output_dir
     configure_logging(config.logging, out)
     records = load_training_records(config)
     dataset = build_dataset(records, config)
-    env_factory = configure_env(config)
+    eval_dataset = build_dataset(load_training_records(config, split="eval"), config) if config.data.eval_records else None
     funcs, weights, stateful = build_rewards(config)
     args = grpo_args(config, out, weights)
+    if eval_dataset is not None and args.eval_strategy == "no":
+        log.warning("data.eval_records is set but grpo.eval_strategy is 'no': set grpo.eval_strategy: steps and "
+                    "grpo.eval_steps to evaluate during training")
     model, tokenizer = load_model_and_tokenizer(config)
-    callbacks = [PenaltyStateCallback(stateful), *extra_callbacks]
+    config.save(out)  # the resolved recipe beside the checkpoints, before the first step
+    callbacks = [PenaltyStateCallback(stateful), HyperparameterCallback(config.hyperparameters()), *extra_callbacks]
     if config.logging.summary:
         callbacks.append(SummaryCallback(printer=on_log))
     trainer = GRPOTrainer(
@@ -236,12 +280,30 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
         reward_funcs=funcs,
         args=args,
         train_dataset=dataset,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        environment_factory=env_factory,
+        environment_factory=env_factory(config),
         peft_config=peft_config(config),
         callbacks=callbacks,
     )
+    freeze_penalty_during_evaluation(trainer, stateful)
     return trainer, stateful
+
+
+def freeze_penalty_during_evaluation(trainer: Any, stateful: Any) -> None:
+    """TRL scores evaluation batches with the same reward functions; without this an evaluation would
+    move the penalty state (Ē, P_t) of training. ``Trainer`` calls ``self.evaluate`` both from the training
+    loop and from users, so wrapping the bound method covers both."""
+    evaluate = trainer.evaluate
+
+    def frozen_evaluate(*args: Any, **kwargs: Any) -> Any:
+        was, stateful.frozen = stateful.frozen, True
+        try:
+            return evaluate(*args, **kwargs)
+        finally:
+            stateful.frozen = was
+
+    trainer.evaluate = frozen_evaluate
 
 
 def main(config: TrainConfig, *, resume: str | None = None, output_dir: str | None = None,
@@ -264,5 +326,7 @@ def main(config: TrainConfig, *, resume: str | None = None, output_dir: str | No
             save_model(model, trainer.processing_class, final, merge_lora=True)
     else:
         trainer.save_model(str(final))  # every process calls it: ZeRO-3 gathers the shards here
+    if trainer.accelerator.is_main_process:
+        config.save(final)
     trainer.accelerator.wait_for_everyone()
     return final

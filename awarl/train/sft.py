@@ -28,6 +28,7 @@ from typing import Any
 
 from awarl.protocol import (
     ABSTAIN_PHRASE,
+    DEFAULT_REFUSAL_PHRASES,
     build_messages,
     format_final,
     score_text,
@@ -109,6 +110,8 @@ def trajectory_conversations(
     keep_outcomes: Sequence[str] = ("correct", "abstain"),
     abstain_only_unanswerable: bool = True,
     system_prompt: str | None = None,
+    phrases: Sequence[str] = DEFAULT_REFUSAL_PHRASES,
+    metric: str = "em",
 ) -> SFTData:
     """Runner trajectories re-scored with the protocol scorer against the records and kept by
     outcome. A row needs ``record_id`` (or ``id``) and ``messages``; when the messages are the
@@ -131,7 +134,7 @@ def trajectory_conversations(
         if messages[-1].get("role") != "assistant":
             skipped["does not end with an assistant message"] = skipped.get("does not end with an assistant message", 0) + 1
             continue
-        outcome = score_text(messages, rec.answers, answerable=rec.answerable).outcome
+        outcome = score_text(messages, rec.answers, answerable=rec.answerable, metric=metric, phrases=phrases).outcome
         keep = outcome in keep_outcomes and not (outcome == "abstain" and abstain_only_unanswerable and rec.answerable)
         if not keep:
             skipped[f"outcome {outcome}"] = skipped.get(f"outcome {outcome}", 0) + 1
@@ -185,12 +188,13 @@ def build_sft_data(config: TrainConfig) -> SFTData:
     if config.sft.source == "trajectories":
         return trajectory_conversations(config.sft.trajectories, records, keep_outcomes=config.sft.keep_outcomes,
                                         abstain_only_unanswerable=config.sft.abstain_only_unanswerable,
-                                        system_prompt=config.data.system_prompt)
+                                        system_prompt=config.rollout.prompt, phrases=config.rollout.phrases,
+                                        metric=config.rollout.metric)
     if not config.data.corpus:
         raise ConfigError("sft.source 'gold' needs data.corpus (the passages the supporting ids point to)")
     passages = {p.id: p for p in load_corpus(config.data.corpus)}
-    return gold_conversations(records, passages, topk=config.env.topk, max_passage_words=config.env.max_passage_words,
-                              system_prompt=config.data.system_prompt, abstain_share=config.sft.abstain_share,
+    return gold_conversations(records, passages, topk=config.rollout.topk, max_passage_words=config.rollout.passage_words,
+                              system_prompt=config.rollout.prompt, abstain_share=config.sft.abstain_share,
                               seed=config.seed)
 
 
@@ -231,7 +235,7 @@ def build_trainer(config: TrainConfig, output_dir: str | Path, on_log: Callable[
     if data.skipped:
         log.warning("SFT data: left out %s", ", ".join(f"{n} ({why})" for why, n in data.skipped.items()))
     dataset = to_dataset(data.conversations, [search_tool_schema()])
-    model, tokenizer = load_model_and_tokenizer(config, config.sft.init_from)
+    model, tokenizer = load_model_and_tokenizer(config, config.sft.init_from or config.model.path)
     return SFTTrainer(
         model=model,
         args=sft_args(config, str(output_dir)),
@@ -246,8 +250,9 @@ def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[s
     """Run cold-start SFT; the model, its tokenizer and chat template go to ``<output>/final``."""
     from awarl.train.export import save_model
 
-    out = Path(output_dir or config.sft.output_dir or Path(config.output_dir) / "sft")
+    out = Path(output_dir) if output_dir else config.sft_final().parent
     trainer = build_trainer(config, out, on_log)
+    config.save(out)
     trainer.train()
     final = out / "final"
     if config.model.lora:
@@ -256,5 +261,7 @@ def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[s
             save_model(model, trainer.processing_class, final, merge_lora=True)
     else:
         trainer.save_model(str(final))
+    if trainer.accelerator.is_main_process:
+        config.save(final)  # p_i and evaluation of this checkpoint then default to the same agent
     trainer.accelerator.wait_for_everyone()
     return final

@@ -35,10 +35,12 @@ def plan(config_path: str | Path, gammas: Sequence[float], overrides: Sequence[s
         raise ConfigError(f"--gamma values repeat: {list(gammas)}")
     base = TrainConfig.from_yaml(config_path, list(overrides))
     root = Path(output_dir or base.output_dir)
+    # Every γ starts from the same checkpoint (the base recipe's SFT output), whatever its own output_dir.
+    shared = (f"sft.output_dir={base.sft_final().parent}",) if base.sft.enabled else ()
     runs = []
     for gamma in gammas:
         out = root / f"gamma_{gamma:g}"
-        extra = (*overrides, f"reward.gamma={gamma}", f"output_dir={out}")
+        extra = (*overrides, *shared, f"reward.gamma={gamma}", f"output_dir={out}")
         TrainConfig.from_yaml(config_path, list(extra))  # raises on a bad γ before anything runs
         runs.append(SweepRun(gamma, out, tuple(extra)))
     return runs
@@ -55,12 +57,15 @@ def sweep_commands(config_path: str | Path, runs: Sequence[SweepRun], accelerate
 
 
 def eval_commands(runs: Sequence[SweepRun], eval_data: str | Path, config: TrainConfig) -> list[str]:
-    """`awarl eval run` per final model, then `awarl eval report` over all of them."""
-    search = f"--index {shlex.quote(config.data.index)}" if config.data.index else (
-        f"--corpus {shlex.quote(config.data.corpus)}" if config.data.corpus else "")
+    """`awarl eval run` per final model (under the rollout settings saved with it), then `awarl eval
+    report` over all of them."""
+    data = config.data
+    search = (f"--retriever-url {shlex.quote(data.retriever_url)}" if data.retriever_url else
+              f"--index {shlex.quote(data.index)}" if data.index else
+              f"--corpus {shlex.quote(data.corpus)}" if data.corpus else "")
     cmds = [f"awarl eval run --model {shlex.quote(str(r.output_dir / 'final'))} --data {shlex.quote(str(eval_data))} "
             f"--out {shlex.quote(str(r.output_dir / 'eval'))} --name gamma={r.gamma:g} {search} "
-            f"--scope {config.data.scope} --topk {config.env.topk} --max-turns {config.env.max_searches}".rstrip()
+            f"--config {shlex.quote(str(r.output_dir / 'final'))}".rstrip()
             for r in runs]
     root = runs[0].output_dir.parent if runs else Path(".")
     cmds.append("awarl eval report " + " ".join(shlex.quote(str(r.output_dir / "eval")) for r in runs)
@@ -87,12 +92,12 @@ def run_sweep(config_path: str | Path, runs: Sequence[SweepRun], *, eval_data: s
 
     for run, final in zip(runs, finals):
         config = TrainConfig.from_yaml(config_path, list(run.overrides))
+        data = config.data
         run_eval(EvalConfig(model=str(final), data=Path(eval_data), out=run.output_dir / "eval",
-                            name=f"gamma={run.gamma:g}", limit=eval_limit,
-                            index=Path(config.data.index) if config.data.index else None,
-                            corpus=Path(config.data.corpus) if config.data.corpus else None,
-                            scope=config.data.scope, topk=config.env.topk, max_searches=config.env.max_searches,
-                            max_turns=config.env.max_searches), progress=on_log is not None)
+                            name=f"gamma={run.gamma:g}", limit=eval_limit, rollout=config.rollout,
+                            index=Path(data.index) if data.index and not data.retriever_url else None,
+                            corpus=Path(data.corpus) if data.corpus and not (data.index or data.retriever_url) else None,
+                            retriever_url=data.retriever_url), progress=on_log is not None)
     report = runs[0].output_dir.parent / "report"
     build_report([r.output_dir / "eval" for r in runs], report)
     return [*finals, report]

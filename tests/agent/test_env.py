@@ -7,7 +7,9 @@ import inspect
 
 import pytest
 
-from awarl.agent.env import BUDGET_MESSAGE, EMPTY_QUERY_MESSAGE, NO_RESULTS_MESSAGE, SearchEnv, SearchSettings
+from awarl.agent.env import BUDGET_MESSAGE, EMPTY_QUERY_MESSAGE, NO_RESULTS_MESSAGE, SearchEnv, search_env_factory
+from awarl.agent.settings import RolloutSettings
+from awarl.config_fields import ConfigError
 from awarl.protocol import ABSTAIN_PHRASE, build_messages, extract_citations
 from awarl.search.bm25 import BM25Index
 
@@ -23,16 +25,14 @@ def _row(record, **extra):
 
 
 def _env_class(index, **settings):
-    class Env(SearchEnv):  # a subclass per test keeps the class-level configuration apart
-        pass
-
-    return Env.configure(index, **settings)
+    """TRL's environment_factory: a zero-argument callable over one retriever and one set of settings."""
+    return search_env_factory(index, RolloutSettings(**settings))
 
 
 def test_scripted_rollout_records_queries_and_ids(index, hotpot_prepared):
     records, _ = hotpot_prepared
     rec = records[0]
-    env = _env_class(index, topk=2, max_tokens=15)()
+    env = _env_class(index, topk=2, passage_words=15)()
     assert env.reset(**_row(rec)) is None  # nothing is appended to the prompt
     assert (env.record_id, env.question, env.answers, env.p) == (rec.id, rec.question, rec.answers, 0.5)
 
@@ -87,19 +87,23 @@ def test_empty_and_unmatched_queries(index, hotpot_prepared):
 
 def test_misconfiguration_fails_loudly(index, hotpot_prepared):
     records, _ = hotpot_prepared
-
-    class Unconfigured(SearchEnv):
-        _retriever = None
-
-    with pytest.raises(RuntimeError, match="configure"):
-        Unconfigured().reset(**_row(records[0]))
     closed = _env_class(index, scope="closed")()
     with pytest.raises(ValueError, match="closed scope needs the record's 'passages'"):
         closed.reset(**_row(records[0], passages=[]))
-    with pytest.raises(ValueError, match="scope must be one of"):
-        SearchSettings(scope="local")
+    with pytest.raises(ConfigError, match="must be one of 'global', 'closed'"):
+        RolloutSettings.from_dict({"scope": "local"})
     with pytest.raises(TypeError, match="retriever must implement"):
-        SearchEnv.configure(object())
+        SearchEnv(object())
+
+
+def test_two_factories_in_one_process_keep_their_own_settings(index, hotpot_prepared):
+    """Settings live on instances, not the class: two runs in one process never share them."""
+    records, _ = hotpot_prepared
+    one, three = _env_class(index, topk=1)(), _env_class(index, topk=3)()
+    for env in (one, three):
+        env.reset(**_row(records[0]))
+        env.search("film director")
+    assert (len(one.retrieved[0]), len(three.retrieved[0])) == (1, 3)
 
 
 def test_tool_schema_is_validated_at_construction(index):
@@ -117,7 +121,7 @@ def test_tool_schema_is_validated_at_construction(index):
             return title
 
     with pytest.raises(TypeError, match="Undocumented.lookup cannot be a tool"):
-        Undocumented.configure(index)()
+        Undocumented(index)
 
 
 def test_only_search_is_a_tool():
@@ -148,15 +152,15 @@ def test_grpo_trains_a_tiny_model_with_search_env(tiny_sft_model_dir, hotpot_pre
     torch.manual_seed(0)
     records, _ = hotpot_prepared
     rows = [{k: v for k, v in _row(r).items() if k != "meta"} for r in records[:8]]
-    env_cls = _env_class(index, topk=2, scope="closed", max_searches=2, max_tokens=20)
+    settings = RolloutSettings(topk=2, scope="closed", max_searches=2, passage_words=20, max_completion_tokens=160)
     created: list[SearchEnv] = []
     finished: list[tuple[list[str], list[list[str]], list[str]]] = []  # (queries, retrieved, passages) per rollout
 
-    class RecordingEnv(env_cls):
+    class RecordingEnv(SearchEnv):
         """TRL pools and resets environments between batches: keep each rollout's record."""
 
         def __init__(self):
-            super().__init__()
+            super().__init__(index, settings)
             created.append(self)
 
         def reset(self, **row):

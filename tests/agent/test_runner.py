@@ -7,7 +7,8 @@ import pytest
 
 from awarl.protocol import build_messages, parse_final, score
 from awarl.agent.runner import Rollout, Runner, RunnerConfig, Trajectory
-from awarl.agent.setup import search_env_factory
+from awarl.agent.env import search_env_factory
+from awarl.agent.settings import RolloutSettings
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +28,9 @@ def backend(tiny_sft_model_dir):
 
 def test_runner_end_to_end_on_samples(hotpot, backend):
     records, index = hotpot
-    env = search_env_factory(index, scope="closed", topk=2, max_tokens=40)
+    env = search_env_factory(index, RolloutSettings(scope="closed", topk=2, passage_words=40))
     budget = 512
-    runner = Runner(backend, env, RunnerConfig(max_turns=2, max_completion_tokens=budget, max_concurrent=4))
+    runner = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=2, max_completion_tokens=budget), max_concurrent=4))
     finished: list[Trajectory] = []
     trajs = runner.run([Rollout(r) for r in records[:4]], on_done=finished.append)
 
@@ -54,8 +55,8 @@ def test_runner_end_to_end_on_samples(hotpot, backend):
 
 def test_batched_runner_equals_one_conversation_at_a_time(hotpot, backend):
     records, index = hotpot
-    env = search_env_factory(index, scope="closed", topk=2, max_tokens=40)
-    config = dict(max_turns=2, max_completion_tokens=384)
+    env = search_env_factory(index, RolloutSettings(scope="closed", topk=2, passage_words=40))
+    config = dict(rollout=RolloutSettings(max_searches=2, max_completion_tokens=384))
     batched = Runner(backend, env, RunnerConfig(max_concurrent=8, **config)).run([Rollout(r) for r in records[4:7]])
     single = [Runner(backend, env, RunnerConfig(max_concurrent=1, **config)).run([Rollout(r)])[0] for r in records[4:7]]
     assert [t.completion_ids for t in batched] == [t.completion_ids for t in single]
@@ -63,8 +64,8 @@ def test_batched_runner_equals_one_conversation_at_a_time(hotpot, backend):
 
 def test_token_budget_rolls_back_an_overflowing_tool_result(hotpot, backend):
     records, index = hotpot
-    env = search_env_factory(index, scope="closed", topk=3, max_tokens=None)  # whole passages: long results
-    traj = Runner(backend, env, RunnerConfig(max_turns=2, max_completion_tokens=80)).run([Rollout(records[0])])[0]
+    env = search_env_factory(index, RolloutSettings(scope="closed", topk=3, passage_words=None))  # whole passages: long results
+    traj = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=2, max_completion_tokens=80))).run([Rollout(records[0])])[0]
     assert traj.messages[0].get("tool_calls"), "the warm-started model searches first"
     assert traj.stop_reason == "token_budget"
     # As in TRL: the result that would overflow the budget is dropped, the model never sees it.
@@ -74,8 +75,8 @@ def test_token_budget_rolls_back_an_overflowing_tool_result(hotpot, backend):
 
 def test_zero_turns_means_no_tool_results(hotpot, backend):
     records, index = hotpot
-    env = search_env_factory(index, scope="closed")
-    traj = Runner(backend, env, RunnerConfig(max_turns=0, max_completion_tokens=256)).run([Rollout(records[1])])[0]
+    env = search_env_factory(index, RolloutSettings(scope="closed"))
+    traj = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=0, max_completion_tokens=256))).run([Rollout(records[1])])[0]
     assert traj.messages[0].get("tool_calls"), "the warm-started model searches first"
     assert traj.stop_reason == "turn_budget" and traj.outcome == "unparsable"
     assert traj.tool_tokens == 0 and all(traj.tool_mask)
@@ -90,7 +91,7 @@ def test_prompt_and_trajectory_ids_match_grpo_trainer(hotpot, tiny_sft_model_dir
     from awarl.llm.hf import HFGenerator
 
     records, index = hotpot
-    env = search_env_factory(index, scope="closed", topk=2, max_tokens=40)
+    env = search_env_factory(index, RolloutSettings(scope="closed", topk=2, passage_words=40))
     tok = AutoTokenizer.from_pretrained(tiny_sft_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_sft_model_dir)
     rows = [{**{k: v for k, v in r.to_dict().items() if k != "meta"}, "prompt": build_messages(r.question)}
@@ -113,7 +114,7 @@ def test_prompt_and_trajectory_ids_match_grpo_trainer(hotpot, tiny_sft_model_dir
     trl_tool_mask = batch["tool_mask"][0][keep_c].tolist()
 
     backend = HFGenerator(tiny_sft_model_dir, model_obj=trainer.model, tokenizer_obj=tok, device="cpu")
-    traj = Runner(backend, env, RunnerConfig(max_turns=2, max_completion_tokens=400)).run([Rollout(records[0])])[0]
+    traj = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=2, max_completion_tokens=400))).run([Rollout(records[0])])[0]
     assert traj.prompt_ids == trl_prompt
     assert traj.completion_ids == trl_completion
     assert traj.tool_mask == trl_tool_mask
@@ -157,7 +158,7 @@ def test_tool_errors_become_messages_and_the_conversation_goes_on(hotpot):
         {"role": "assistant", "content": f"<answer>{rec.answers[0]}</answer> [{rec.supporting[0]}]"},
     ]
     backend = ScriptedChat(script)
-    traj = Runner(backend, search_env_factory(index, scope="closed"), RunnerConfig(max_turns=3)).run([Rollout(rec)])[0]
+    traj = Runner(backend, search_env_factory(index, RolloutSettings(scope="closed")), RunnerConfig(rollout=RolloutSettings(max_searches=3))).run([Rollout(rec)])[0]
     bad_args, unknown = traj.turns[0].tool_calls
     assert bad_args.failed and bad_args.result.startswith("{'error': ") and "mapping" in bad_args.result
     assert unknown.failed and unknown.result == "{'error': 'Tool lookup not found.'}"
@@ -173,7 +174,7 @@ def test_tool_errors_become_messages_and_the_conversation_goes_on(hotpot):
 def test_turn_budget_stops_a_model_that_keeps_searching(hotpot):
     records, index = hotpot
     script = [{"role": "assistant", "content": "", "tool_calls": [_call("search", {"query": f"q{i}"})]} for i in range(5)]
-    traj = Runner(ScriptedChat(script), search_env_factory(index, scope="closed"), RunnerConfig(max_turns=2)).run(
+    traj = Runner(ScriptedChat(script), search_env_factory(index, RolloutSettings(scope="closed")), RunnerConfig(rollout=RolloutSettings(max_searches=2))).run(
         [Rollout(records[0])])[0]
     assert traj.stop_reason == "turn_budget" and traj.queries == ["q0", "q1"] and traj.outcome == "unparsable"
     assert len(traj.turns) == 3

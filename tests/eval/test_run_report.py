@@ -9,6 +9,8 @@ import socket
 from pathlib import Path
 
 import pytest
+
+from awarl.agent.settings import RolloutSettings
 from typer.testing import CliRunner
 
 from awarl.cli import app
@@ -42,7 +44,8 @@ def run_dir(prepared, tiny_sft_model_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "greedy"
     res = CliRunner().invoke(app, [
         "eval", "run", "--model", str(tiny_sft_model_dir), "--data", str(prepared), "--out", str(out),
-        "--topk", "2", "--max-turns", "2", "--max-tokens", "512", "--device", "cpu", "--no-progress",
+        "--scope", "closed", "--topk", "2", "--max-searches", "2", "--max-completion-tokens", "512", "--device", "cpu",
+        "--no-progress",
     ])
     assert res.exit_code == 0, res.output
     assert "4 questions run, 0 already done" in res.output and "macro avg: precision" in res.output
@@ -134,8 +137,8 @@ def test_interrupted_run_resumes_without_redoing_work(run_dir, prepared, tiny_sf
             return self.inner.generate(prompts, params)
 
     backend = Counting(load_backend(str(tiny_sft_model_dir), device="cpu"))
-    config = EvalConfig(model=str(tiny_sft_model_dir), data=prepared, out=resumed, topk=2, max_turns=2,
-                        max_completion_tokens=512)
+    config = EvalConfig(model=str(tiny_sft_model_dir), data=prepared, out=resumed,
+                        rollout=RolloutSettings(scope="closed", topk=2, max_searches=2, max_completion_tokens=512))
     result = run_eval(config, backend=backend, progress=False)
     assert (result.evaluated, result.skipped) == (2, 2)
     assert backend.calls == 2  # first turns of the unfinished questions only
@@ -144,17 +147,19 @@ def test_interrupted_run_resumes_without_redoing_work(run_dir, prepared, tiny_sf
     assert (resumed / "predictions.jsonl").read_text() == (run_dir / "predictions.jsonl").read_text()
 
     other = CliRunner().invoke(app, ["eval", "run", "--model", str(tiny_sft_model_dir), "--data", str(prepared),
-                                     "--out", str(resumed), "--limit", "1", "--device", "cpu"])
+                                     "--out", str(resumed), "--limit", "1", "--device", "cpu", "--scope", "closed"])
     assert other.exit_code == 1 and "holds a run over other questions" in other.output
     other = CliRunner().invoke(app, ["eval", "run", "--model", str(tiny_sft_model_dir), "--data", str(prepared),
-                                     "--out", str(resumed), "--topk", "2", "--max-turns", "3", "--max-tokens", "512"])
-    assert other.exit_code == 1 and "holds a run with other settings (max_turns: 2 -> 3)" in other.output
+                                     "--out", str(resumed), "--scope", "closed", "--topk", "2", "--max-searches", "3",
+                                     "--max-completion-tokens", "512"])
+    assert other.exit_code == 1 and "holds a run with other settings (max_searches: 2 vs 3)" in other.output
 
 
 def test_report_over_two_runs(run_dir, prepared, tiny_sft_model_dir, tmp_path):
     second = tmp_path / "no-search"
     res = CliRunner().invoke(app, ["eval", "run", "--model", str(tiny_sft_model_dir), "--data", str(prepared),
-                                   "--out", str(second), "--max-turns", "0", "--max-tokens", "64", "--device", "cpu",
+                                   "--out", str(second), "--scope", "closed", "--max-searches", "0",
+                                   "--max-completion-tokens", "64", "--device", "cpu",
                                    "--no-progress"])
     assert res.exit_code == 0, res.output
     out = tmp_path / "report"

@@ -119,13 +119,14 @@ def test_runner_drives_the_chat_endpoint_with_the_search_tool(replay_server, hot
     result goes back tied to its call id; the final answer cites the passage the server read."""
     from awarl.agent.env import tool_schema
     from awarl.agent.runner import Rollout, Runner, RunnerConfig
-    from awarl.agent.setup import search_env_factory
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.settings import RolloutSettings
     from awarl.search.bm25 import BM25Index
 
     records, passages = hotpot_prepared
-    env = search_env_factory(BM25Index.build(passages), scope="closed", topk=2, max_tokens=30)
+    env = search_env_factory(BM25Index.build(passages), RolloutSettings(scope="closed", topk=2, passage_words=30))
     backend = load_backend(f"openai:{replay_server.base_url}#agent", concurrency=4)
-    trajs = Runner(backend, env, RunnerConfig(max_turns=2, max_completion_tokens=4096)).run(
+    trajs = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=2, max_completion_tokens=4096))).run(
         [Rollout(r) for r in records[:5]])
     titles = {p.id: p.title for p in passages}
     for rec, t in zip(records, trajs):

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from awarl.agent.settings import RolloutSettings
+
 from awarl.protocol import ABSTAIN_PHRASE, build_messages
 from awarl.rewards import (
     AnswerAbstainReward,
@@ -117,7 +119,7 @@ def test_abstain_requires_search():
 
 
 def test_f1_outcome_gives_partial_credit():
-    reward = AnswerAbstainReward(RewardConfig(outcome="f1", r_correct=1.0, r_wrong=-1.0))
+    reward = AnswerAbstainReward(RewardConfig(r_correct=1.0, r_wrong=-1.0), RolloutSettings(metric="f1"))
     out, _ = call(reward, [said("<answer>Barack Obama</answer>")], answers=[["Obama"]], p=[0.5])
     # token F1 = 2 * (1/2 * 1) / (1/2 + 1) = 2/3 -> -1 + 2 * 2/3.
     assert out == pytest.approx([-1 + 2 * (2 / 3)])
@@ -188,7 +190,7 @@ def test_build_reward_funcs():
 
 
 def test_gold_citation_reward():
-    cite = CitationReward(RewardConfig(w_red=0.5))
+    cite = CitationReward(RewardConfig(w_red=0.5, cite_on="answered"))
     completions = [said("<answer>x</answer> [d1] [d2]"), said("<answer>x</answer> [d1] [d9]"),
                    ABSTAIN, said("<answer>x</answer>"), said("<answer>y</answer> [d1]")]
     supporting = [["d1", "d2"], ["d1", "d2"], ["d1"], ["d1"], []]
@@ -202,11 +204,50 @@ def test_gold_citation_reward():
         call(cite, completions)
 
 
+def test_citations_pay_correct_answers_only_by_default():
+    """A wrong answer citing both gold passages used to earn 0.2, more than abstaining on a p = 0.7
+    query (1 - 0.7^0.5 = 0.16): the citation term must not tip the answer/abstain balance."""
+    funcs, weights = build_reward_funcs(RewardConfig())
+    awa, cite = funcs
+    completions = [said("<answer>x</answer> [d1] [d2]"), said("<answer>y</answer> [d1] [d2]"), ABSTAIN]
+    columns = dict(answers=[["x"]] * 3, supporting=[["d1", "d2"]] * 3, p=[0.7] * 3)
+    total = [a + w * (c or 0.0) for a, c, w in zip(call(awa, completions, **columns)[0],
+                                                     call(cite, completions, **columns)[0], [weights[1]] * 3)]
+    assert total[0] == pytest.approx(1.2) and total[1] == 0.0 < total[2]
+    ablation, _ = build_reward_funcs(RewardConfig(cite_on="answered"))
+    assert call(ablation[1], completions, **columns)[0][:2] == [1.0, 1.0]
+
+
+def test_expected_rate_counts_the_citation_term():
+    """The expected-rate threshold uses the correct-answer reward including the batch's mean citation
+    term, so the controller aims at the rate the rewards favour."""
+    funcs, _ = build_reward_funcs(RewardConfig(gamma=1.0))
+    awa = funcs[0]
+    # p = 0.48: without citations answering is worth 0.48 < R_base = 0.52 (refuse); with the citation term
+    # of the correct answers (0.2 * 1.0) answering is worth 0.48 * 1.2 = 0.576 > 0.52 (answer).
+    completions = [said("<answer>x</answer> [d1]"), said("<answer>y</answer>"), ABSTAIN, ABSTAIN]
+    _, logged = call(awa, completions, answers=[["x"]] * 4, supporting=[["d1"]] * 4, p=[0.48] * 4)
+    assert logged["awa/answer_value_correct"] == [pytest.approx(1.2)]
+    assert logged["awa/expected_refusal_rate"] == [0.0]
+    plain = AnswerAbstainReward(RewardConfig(gamma=1.0, w_cite=0.0))
+    _, logged = call(plain, completions, answers=[["x"]] * 4, p=[0.48] * 4)
+    assert logged["awa/expected_refusal_rate"] == [1.0]
+
+
+def test_share_of_capped_abstentions_is_logged():
+    reward = AnswerAbstainReward(RewardConfig(delta=1.0, tau=0.05, beta=0.0))
+    # Everyone answers wrongly on hopeless queries: under-refusal, so P_t < 0 lifts abstention above the cap.
+    call(reward, [said("<answer>y</answer>")] * 4, answers=[["x"]] * 4, p=[0.0] * 4)
+    _, logged = call(reward, [ABSTAIN, said("<answer>y</answer>")], answers=[["x"]] * 2, p=[0.0] * 2)
+    assert reward.penalty.value < 0 and logged["awa/abstain_capped"] == [1.0]
+
+
 def test_rewards_never_import_torch():
     code = ("import sys; from awarl.rewards import RewardConfig, build_reward_funcs; "
             "f, _ = build_reward_funcs(RewardConfig()); "
             "m = [{'role': 'assistant', 'content': '<answer>x</answer> [d1]'}]; "
-            "f[0]([[]], [m], answers=[['x']], p=[0.5]); f[1]([[]], [m], supporting=[['d1']]); "
+            "f[0]([[]], [m], answers=[['x']], p=[0.5], supporting=[['d1']]); "
+            "f[1]([[]], [m], answers=[['x']], supporting=[['d1']]); "
             "assert 'torch' not in sys.modules and 'accelerate' not in sys.modules, 'torch imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -153,7 +153,7 @@ def test_citation_reward_with_llm_judge(server, tmp_path):
                    [{"role": "assistant", "content": "<answer>x</answer> [d1]"}],
                    [{"role": "assistant", "content": "<answer>not enough information</answer>"}]]
     logged: dict = {}
-    out = cite(prompts, completions, environments=[Env([["d1", "d3"], ["d2"]])] * 3,
+    out = cite(prompts, completions, environments=[Env([["d1", "d3"], ["d2"]])] * 3, answers=[["x"]] * 3,
                log_metric=lambda k, v: logged.setdefault(k, []).append(v))
     assert out == [1.0, None, None]
     assert logged["cite/judge_failures"] == [1.0] and logged["cite/judged"] == [0.5]

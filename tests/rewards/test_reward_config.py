@@ -10,7 +10,7 @@ from awarl.rewards.config import field_help
 
 def test_defaults_are_the_documented_ones():
     cfg = RewardConfig()
-    assert (cfg.kind, cfg.outcome, cfg.judge) == ("awa", "em", "gold")
+    assert (cfg.kind, cfg.cite_on, cfg.judge) == ("awa", "correct", "gold")
     assert (cfg.p_clip, cfg.gamma, cfg.beta, cfg.tau, cfg.delta, cfg.max_penalty) == (0.1, 0.5, 0.9, 0.05, 0.1, 1.0)
     assert (cfg.w_cite, cfg.w_red, cfg.cap_abstain) == (0.2, 0.5, True)
     assert cfg.abstain_cap == pytest.approx(1 - 0.1 ** 0.5)
@@ -33,7 +33,7 @@ def test_every_field_has_help():
     ({"max_penalty": -1}, "max_penalty"),
     ({"r_correct": 0.0, "r_wrong": 0.0}, "r_correct"),
     ({"kind": "dynamic"}, "kind"),
-    ({"outcome": "bleu"}, "outcome"),
+    ({"cite_on": "wrong"}, "cite_on"),
     ({"judge": "human"}, "judge"),
     ({"gamma": "0.5"}, "gamma"),
     ({"cap_abstain": "yes"}, "cap_abstain"),
@@ -55,12 +55,17 @@ def test_unknown_key_suggests_the_closest():
 
 def test_from_yaml_reads_the_reward_section(tmp_path):
     path = tmp_path / "train.yaml"
-    path.write_text("model: tiny\nreward:\n  kind: static\n  static_reward: 0.3\n  gamma: 1\n  "
-                    "refusal_phrases: [not enough information, no idea]\n")
+    path.write_text("model: tiny\nreward:\n  kind: static\n  static_reward: 0.3\n  gamma: 1\n")
     cfg = RewardConfig.from_yaml(path)
     assert (cfg.kind, cfg.static_reward, cfg.gamma) == ("static", 0.3, 1.0)
     assert isinstance(cfg.gamma, float)
-    assert cfg.refusal_phrases == ["not enough information", "no idea"]
+
+
+@pytest.mark.parametrize("moved, to", [("outcome", "rollout.metric"), ("refusal_phrases", "rollout.refusal_phrases")])
+def test_fields_that_define_the_agent_moved_to_the_rollout_settings(moved, to):
+    """What counts as correct and as an abstention is declared once, in the rollout settings."""
+    with pytest.raises(RewardConfigError, match=f"'{moved}' moved to '{to}'"):
+        RewardConfig.from_dict({moved: "em" if moved == "outcome" else ["no idea"]})
 
 
 def test_from_yaml_names_the_file_on_error(tmp_path):

@@ -31,11 +31,13 @@ def tiny_overrides(model_dir: Path, files: dict[str, Path], output_dir: Path, **
     """The tiny recipe pointed at the test files, with small batches."""
     settings = {
         "max_steps": 2, "save_steps": 1, "per_device_train_batch_size": 8, "num_generations": 4,
-        "steps_per_generation": 1, "max_completion_length": 256, "logging_steps": 1, "report_to": "[none]",
+        "steps_per_generation": 1, "logging_steps": 1, "report_to": "[none]",
         **grpo,
     }
     return [
         f"model.path={model_dir}",
+        "sft.enabled=false",  # GRPO starts from model_dir itself
+        "rollout.max_completion_tokens=256",
         f"data.records={files['records']}",
         "data.capability=null",
         f"data.corpus={files['corpus']}",

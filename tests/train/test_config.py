@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -43,16 +45,90 @@ def test_7b_recipe_builds_trl_configs(tmp_path):
 
 
 def test_overrides_and_errors_name_the_field():
-    cfg = TrainConfig.from_yaml(TINY_RECIPE, ["reward.gamma=0.3", "grpo.max_steps=7", "env.topk=4"])
-    assert (cfg.reward.gamma, cfg.grpo["max_steps"], cfg.env.topk) == (0.3, 7, 4)
+    cfg = TrainConfig.from_yaml(TINY_RECIPE, ["reward.gamma=0.3", "grpo.max_steps=7", "rollout.topk=4"])
+    assert (cfg.reward.gamma, cfg.grpo["max_steps"], cfg.rollout.topk) == (0.3, 7, 4)
     with pytest.raises(ConfigError, match="did you mean 'topk'"):
-        TrainConfig.from_yaml(TINY_RECIPE, ["env.top_k=4"])
+        TrainConfig.from_yaml(TINY_RECIPE, ["rollout.top_k=4"])
     with pytest.raises(ConfigError, match="gamma"):
         TrainConfig.from_yaml(TINY_RECIPE, ["reward.gamma=1.5"])
     with pytest.raises(ConfigError, match="num_generations"):
         TrainConfig.from_yaml(TINY_RECIPE, ["grpo.num_generatons=4"]).check_trainer_fields()
     with pytest.raises(ConfigError, match="must end on a generation batch"):
         TrainConfig.from_yaml(TINY_RECIPE, ["grpo.save_steps=3", "grpo.steps_per_generation=4"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("seed=abc", "seed: expected a whole number, got 'abc'"),
+    ("grpo.learning_rate=abc", "grpo.learning_rate must be a number"),
+    ("rollout.scope=weird", "rollout.scope: must be one of 'global', 'closed'"),
+    ("grpo.num_generations=abc", "grpo.num_generations must be a whole number"),
+    ("rollout.topk=2.5", "rollout.topk: expected a whole number, got 2.5"),
+    ("rollout.passage_words=0", "passage_words must be >= 1"),
+    ("model.path=''", "model.path is empty"),
+    ("grpo.max_completion_length=128", "set from rollout.max_completion_tokens"),
+    ("grpo.max_tool_calling_iterations=3", "set from rollout.max_searches"),
+    ("reward.outcome=f1", "'outcome' moved to 'rollout.metric'"),
+    ("env.topk=3", "'env' section is now 'rollout'"),
+    ("data.scope=closed", "data.scope moved to rollout.scope"),
+    ("logging.summary=maybe", "logging.summary: expected true or false"),
+])
+def test_every_field_is_type_checked_by_the_one_validation_path(override, message):
+    """`awarl train check` and every training command load recipes through TrainConfig.from_yaml."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TrainConfig.from_yaml(TINY_RECIPE, [override]).check_trainer_fields()
+    result = CliRunner().invoke(app, ["train", "check", "--config", str(TINY_RECIPE), "--set", override])
+    assert result.exit_code == 2 and "Traceback" not in result.output and message.split(":")[0] in result.output
+
+
+def test_pass_through_fields_are_type_checked_against_trl():
+    with pytest.raises(ConfigError, match=r"grpo.log_completions: expected bool"):
+        TrainConfig.from_yaml(TINY_RECIPE, ["grpo.log_completions=3"]).check_trainer_fields()
+
+
+def test_grpo_chains_from_the_sft_stage():
+    """A recipe with an SFT stage starts GRPO (and p_i) from the SFT output, not from the base model."""
+    big = TrainConfig.from_yaml(RECIPES[1])
+    assert big.sft.enabled and big.grpo_start() == "runs/qwen2.5-7b-sft/final"
+    assert TrainConfig.from_yaml(RECIPES[1], ["sft.enabled=false"]).grpo_start() == "Qwen/Qwen2.5-7B-Instruct"
+    tiny = TrainConfig.from_yaml(TINY_RECIPE)
+    assert tiny.grpo_start() == "runs/tiny/sft/final" and tiny.model.path == "runs/tiny/model"
+
+
+def test_recipe_and_rollout_settings_are_saved_and_reloaded(tmp_path):
+    from awarl.agent.settings import load_rollout
+
+    cfg = TrainConfig.from_yaml(TINY_RECIPE, ["rollout.topk=5"])
+    cfg.save(tmp_path)
+    assert load_rollout(tmp_path) == cfg.rollout
+    again = TrainConfig.from_yaml(tmp_path / "awarl_recipe.yaml")
+    assert again.to_dict() == cfg.to_dict()
+    assert cfg.hyperparameters()["reward/gamma"] == 0.5 and cfg.hyperparameters()["rollout/topk"] == 5
+
+
+def test_capability_measured_under_other_settings_is_refused(train_files, tmp_path):
+    """p_i of another agent (other passage words, other checkpoint) is not this recipe's p_i."""
+    import json
+
+    from awarl.train.grpo import load_training_records
+
+    cfg = TrainConfig.from_yaml(TINY_RECIPE, [f"data.records={train_files['records_nop']}"])
+    rows = [json.loads(line) for line in train_files["records_nop"].read_text().splitlines()]
+
+    def write(rollout, model):
+        path = tmp_path / "cap.jsonl"
+        path.write_text("".join(json.dumps({"id": r["id"], "p": 0.5, "capability": {
+            "k": 4, "model": model, "temperature": 1.0, "rollout": rollout.resolved()}}) + "\n" for r in rows))
+        return TrainConfig.from_yaml(TINY_RECIPE, [f"data.records={train_files['records_nop']}",
+                                                   f"data.capability={path}"])
+
+    ok = write(cfg.rollout, cfg.grpo_start())
+    assert len(load_training_records(ok)) == 40
+    other = write(cfg.rollout.replace(passage_words=100), cfg.grpo_start())
+    with pytest.raises(ConfigError, match=r"other rollout settings than this recipe's \(passage_words: 100 vs 30"):
+        load_training_records(other)
+    base = write(cfg.rollout, "runs/tiny/model")
+    with pytest.raises(ConfigError, match="measured on 'runs/tiny/model', but GRPO starts from 'runs/tiny/sft/final'"):
+        load_training_records(base)
 
 
 def test_missing_capability_refuses_to_start_with_the_fix(train_files):

@@ -42,10 +42,13 @@ def _prompts(run: Path, step: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def full_run(tiny_sft_model_dir, train_files, tmp_path_factory):
-    """Two steps without interruption, a checkpoint after each."""
+    """Two steps without interruption, a checkpoint after each, and an evaluation on a held-out split
+    after each (the eval records carry p like the training ones)."""
     out = tmp_path_factory.mktemp("grpo_full")
-    cfg = TrainConfig.from_yaml(TINY_RECIPE, tiny_overrides(tiny_sft_model_dir, train_files, out,
-                                                            log_completions="true"))
+    overrides = tiny_overrides(tiny_sft_model_dir, train_files, out, log_completions="true", eval_strategy="steps",
+                               eval_steps=1, per_device_eval_batch_size=16)
+    cfg = TrainConfig.from_yaml(TINY_RECIPE, [*overrides, f"data.eval_records={train_files['records']}",
+                                              "data.eval_limit=4"])
     final = grpo.main(cfg)
     return out, final
 
@@ -72,6 +75,27 @@ def test_grpo_trains_logs_awa_terms_and_checkpoints_penalty(full_run, tiny_sft_m
     from transformers import AutoTokenizer
 
     assert AutoTokenizer.from_pretrained(final).chat_template  # final model loads with its template
+
+
+def test_evaluation_runs_on_the_held_out_split_without_moving_the_penalty(full_run):
+    """TRL scores evaluation batches with the training rewards; the penalty must not move there: after
+    two training steps and two evaluations the penalty has exactly two updates."""
+    out, _ = full_run
+    history = _state(out / "checkpoint-2")["log_history"]
+    evals = [h for h in history if "eval_loss" in h or any(k.startswith("eval_") for k in h)]
+    assert len(evals) == 2, history
+    assert all("eval_awa/refusal_rate" in h for h in evals)
+    assert _penalty(out / "checkpoint-2")["penalty"]["step"] == 2
+
+
+def test_resolved_recipe_is_saved_beside_the_checkpoints(full_run):
+    from awarl.agent.settings import load_rollout
+
+    out, final = full_run
+    for folder in (out, final):
+        saved = TrainConfig.from_yaml(folder / "awarl_recipe.yaml")
+        assert saved.rollout == load_rollout(folder)
+        assert (saved.reward.gamma, saved.rollout.max_completion_tokens) == (0.5, 256)
 
 
 KILLER = textwrap.dedent("""
