@@ -175,3 +175,114 @@ def configure_logging(cfg: LoggingConfig, output_dir: str | Path) -> None:
     os.environ.setdefault("WANDB_PROJECT", cfg.wandb_project)
     os.environ.setdefault("WANDB_DIR", str(Path(output_dir)))
     Path(output_dir).mkdir(parents=True, exist_ok=True)
+
+
+# -- hyperparameters -----------------------------------------------------------------------------------------
+class HyperparameterCallback(Callback):
+    """Log the recipe's hyperparameters (γ, p_clip, β, τ, δ, rollout settings …) once at the start: as
+    tensorboard hparams and text in the run's logging folder, and into ``wandb.config`` when a wandb
+    run is active, so runs are comparable by their settings and not only by their folder names."""
+
+    def __init__(self, hparams: dict[str, Any]):
+        self.hparams = dict(hparams)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        report = list(getattr(args, "report_to", None) or [])
+        if "tensorboard" in report:
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(log_dir=args.logging_dir)
+            try:
+                writer.add_hparams(self.hparams, {"hparams/logged": 1.0}, run_name=".")
+                writer.add_text("awarl/hyperparameters",
+                                "\n".join(f"    {k}: {v}" for k, v in sorted(self.hparams.items())))
+            finally:
+                writer.close()
+        if "wandb" in report:
+            import wandb
+
+            if wandb.run is not None:
+                wandb.config.update(self.hparams, allow_val_change=True)
+
+
+# -- a clean terminal ----------------------------------------------------------------------------------------
+class MetricsLog(Callback):
+    """Append every log dict of the main process to a JSONL file (the demo's plots read it) and
+    hand it to ``on_log`` (a progress display). A resumed run appends again; readers keep the last
+    row of each step (`read_metrics_log`)."""
+
+    def __init__(self, path: str | Path, on_log: Callable[[int, int, dict[str, Any]], None] | None = None):
+        self.path = Path(path)
+        self.on_log_fn = on_log
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        row = {"step": state.global_step, **{k: v for k, v in logs.items() if _jsonable(v)}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as sink:
+            sink.write(json.dumps(row) + "\n")
+        if self.on_log_fn is not None:
+            self.on_log_fn(state.global_step, state.max_steps, row)
+
+
+def _jsonable(value: Any) -> bool:
+    return isinstance(value, (str, int, bool)) or (isinstance(value, float) and math.isfinite(value))
+
+
+def read_metrics_log(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a `MetricsLog` file, one per step (the last one written wins), in step order;
+    the end-of-training summary row (``train_runtime``) is left out."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    by_step: dict[int, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line after a kill
+        if "train_runtime" in row:
+            continue
+        by_step.setdefault(row["step"], {}).update(row)
+    return [by_step[s] for s in sorted(by_step)]
+
+
+class quiet_terminal:
+    """Send everything written to file descriptors 1 and 2 (TRL's per-step dicts, transformers'
+    warnings and progress bars, C-level output) to ``log_path``, and hand back a file object on the
+    real terminal for the one display the user watches.
+
+    File-descriptor level on purpose: loggers created at import time hold the old ``sys.stderr``
+    object, so swapping ``sys.stdout`` alone would let their lines through.
+    """
+
+    def __init__(self, log_path: str | Path):
+        self.log_path = Path(log_path)
+
+    def __enter__(self) -> Any:
+        import sys
+
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._saved = (os.dup(1), os.dup(2))
+        self._log = self.log_path.open("a", encoding="utf-8")
+        os.dup2(self._log.fileno(), 1)
+        os.dup2(self._log.fileno(), 2)
+        self.terminal = os.fdopen(os.dup(self._saved[1]), "w", buffering=1, encoding="utf-8")
+        return self.terminal
+
+    def __exit__(self, *exc: object) -> None:
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self._saved[0], 1)
+        os.dup2(self._saved[1], 2)
+        for fd in self._saved:
+            os.close(fd)
+        self._log.close()
+        self.terminal.close()
