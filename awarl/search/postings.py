@@ -260,7 +260,7 @@ def build_champions(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, f
     for sink, name, dtype in ((sinks[0], CHAMP_ROWS_FILE, np.int32), (sinks[1], CHAMP_DATA_FILE, np.float32)):
         arr = np.lib.format.open_memmap(folder / name, mode="w+", dtype=dtype, shape=(total,))
         sink.seek(0)
-        step = 1 << 24
+        step = 1 << 20  # 4 MB at a time: the copy must not cost memory in proportion to the index
         for i in range(0, total, step):
             arr[i : i + step] = np.fromfile(sink, dtype=dtype, count=min(step, total - i))
         arr.flush()
