@@ -168,7 +168,8 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     Every failure is a `DataError` naming the file and line: a missing file, a folder, bytes that
     are not UTF-8 (with the byte offset), broken JSON, a line that is not a JSON object. Lines
     are read as bytes and decoded one by one, so a bad byte is reported where it is rather than
-    as a ``UnicodeDecodeError`` halfway through a read.
+    as a ``UnicodeDecodeError`` halfway through a read. The loop does only decode + parse per
+    line; blank lines, a byte-order mark and errors are sorted out on the (rare) failure path.
     """
     path = Path(path)
     _check_readable(path, "file not found")
@@ -176,23 +177,38 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         fh = path.open("rb")
     except OSError as exc:
         raise DataError(path, "", f"cannot read ({exc.strerror or exc})") from None
+    loads = json.loads
     with fh:
-        offset = 0
         for lineno, raw in enumerate(fh, start=1):
-            start, offset = offset, offset + len(raw)
-            if lineno == 1 and raw.startswith(_BOM):
-                raw, start = raw[len(_BOM):], start + len(_BOM)
-            if not raw.strip():
-                continue
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                err = _not_utf8(path, raw, exc, start)
-                raise DataError(path, f"line {lineno}", err.problem) from None
-            obj = parse_json(path, line, f"line {lineno}")
-            if not isinstance(obj, dict):
+                obj = loads(raw.decode("utf-8"))
+            except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+                obj = _parse_line(path, lineno, raw)
+                if obj is _BLANK:
+                    continue
+            if type(obj) is not dict:
                 raise DataError(path, f"line {lineno}", f"expected a JSON object, got {json_type(obj)}")
             yield lineno, obj
+
+
+_BLANK = object()
+
+
+def _parse_line(path: Path, lineno: int, raw: bytes) -> Any:
+    """The failure path of `iter_jsonl`: skip a blank line (`_BLANK`), accept a byte-order mark
+    on line 1, else raise the `DataError` for bytes that are not UTF-8 (with the file offset) or
+    for broken JSON."""
+    bom = len(_BOM) if lineno == 1 and raw.startswith(_BOM) else 0
+    raw = raw[bom:]
+    if not raw.strip():
+        return _BLANK
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        with path.open("rb") as fh:  # offset of this line: the bytes of the lines before it
+            start = sum(len(fh.readline()) for _ in range(lineno - 1))
+        raise DataError(path, f"line {lineno}", _not_utf8(path, raw, exc, start + bom).problem) from None
+    return parse_json(path, line, f"line {lineno}")
 
 
 def read_text(path: str | Path, missing: str = "file not found") -> str:
