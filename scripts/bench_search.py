@@ -7,12 +7,13 @@ like wiki text and every passage is distinct. Queries are the samples' questions
 Measured:
   1. BM25 index build: seconds and memory growth; index size on disk; mmap load time.
   2. Global search, batches of 1 / 32 / 256 queries: queries/s and p50/p95 batch latency for
-     awarl's scorer, for bm25s's own ``retrieve`` on the same index, and per-query time of
+     awarl's MaxScore scorer (default) and its exhaustive scorer (the reference), for bm25s's own
+     ``retrieve`` on the same index, and per-query time of
      rank_bm25 (BM25Okapi) on the same corpus and tokens (a subset of queries: it is slow).
   3. Closed scope (each query restricted to its 10 passages): awarl's posting binary search
      against bm25s ``weight_mask`` and against scoring the corpus then filtering.
   4. The HTTP server (``awarl search serve`` in its own process) under concurrent clients on
-     127.0.0.1: requests/s, p50/p95 latency, errors; micro-batching on vs off.
+     127.0.0.1: requests/s, p50/p95 latency, errors; micro-batching on vs off, 1 vs 2 workers.
 
 Usage: python scripts/bench_search.py [--passages 100000] [--json results.json]
 """
@@ -129,15 +130,29 @@ def time_batches(fn, queries: list[str], batch: int, min_batches: int = 3, min_s
     return {"batch": batch, "qps": done / total, "p50_ms": pct(lat, 50) * 1e3, "p95_ms": pct(lat, 95) * 1e3, "batches": len(lat)}
 
 
-def bench_global(index, queries: list[str], rank_queries: int) -> list[dict]:
+def _bm25s_model(index_dir: str):
     import bm25s
 
+    return bm25s.BM25.load(Path(index_dir) / "bm25s", mmap=True, load_corpus=False, show_progress=False)
+
+
+def bench_global(index, index_dir: str, queries: list[str], rank_queries: int) -> list[dict]:
+    model = _bm25s_model(index_dir)
+    terms = lambda qs: [index.tokenizer.terms(q) or [""] for q in qs]  # noqa: E731
+
+    def scorer(name):
+        def call(qs):
+            index.scorer = name
+            index.search(qs, 10)
+        return call
+
     rows = []
-    tokenize = lambda qs: bm25s.tokenize(qs, stopwords="en", stemmer=index._stemmer, return_ids=False, show_progress=False)  # noqa: E731
     for batch in (1, 32, 256):
-        ours = time_batches(lambda qs: index.search(qs, 10), queries, batch)
-        base = time_batches(lambda qs: index._model.retrieve(tokenize(qs), k=10, show_progress=False), queries, batch)
-        rows.append({"batch": batch, "awarl": ours, "bm25s_retrieve": base})
+        ours = time_batches(scorer("maxscore"), queries, batch)
+        exhaustive = time_batches(scorer("exhaustive"), queries, batch)
+        base = time_batches(lambda qs: model.retrieve(terms(qs), k=10, show_progress=False, n_threads=1), queries, batch)
+        rows.append({"batch": batch, "awarl": ours, "awarl_exhaustive": exhaustive, "bm25s_retrieve": base})
+    index.scorer = "maxscore"
     return rows
 
 
@@ -147,11 +162,11 @@ def bench_rank_bm25(passages, index, queries: list[str], n_queries: int) -> dict
     from rank_bm25 import BM25Okapi
 
     texts = [f"{p.title} {p.text}" if p.title else p.text for p in passages]
-    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=index._stemmer, return_ids=False, show_progress=False)
+    tokens = [index.tokenizer.terms(t) for t in texts]
     t0 = time.perf_counter()
     okapi = BM25Okapi(tokens)
     build_s = time.perf_counter() - t0
-    q_tokens = bm25s.tokenize(queries[:n_queries], stopwords="en", stemmer=index._stemmer, return_ids=False, show_progress=False)
+    q_tokens = [index.tokenizer.terms(q) for q in queries[:n_queries]]
     lat = []
     for q in q_tokens:
         t0 = time.perf_counter()
@@ -162,8 +177,8 @@ def bench_rank_bm25(passages, index, queries: list[str], n_queries: int) -> dict
             "p50_ms": pct(lat, 50) * 1e3, "p95_ms": pct(lat, 95) * 1e3}
 
 
-def bench_closed(index, records, n: int = 200) -> dict:
-    import bm25s
+def bench_closed(index, index_dir: str, records, n: int = 200) -> dict:
+    from awarl.search.scoring import best_of
 
     recs = [r for r in records if r.passages][:n]
     queries, allowed = [r.question for r in recs], [r.passages for r in recs]
@@ -176,29 +191,29 @@ def bench_closed(index, records, n: int = 200) -> dict:
     for q, ids in zip(queries, allowed):
         scores = index._score_all(index._query_token_ids([q])[0])
         rows = index.store.rows_for(ids)
-        index._top_k_of(rows, scores[rows], 5)
+        best_of(rows, scores[rows], 5)
     out["score_all_then_filter_ms"] = (time.perf_counter() - t0) / len(recs) * 1e3
 
+    model = _bm25s_model(index_dir)
     sub = list(zip(queries, allowed))[:50]
     t0 = time.perf_counter()
     for q, ids in sub:
         mask = np.zeros(len(index), dtype=np.float32)
         mask[index.store.rows_for(ids)] = 1
-        toks = bm25s.tokenize([q], stopwords="en", stemmer=index._stemmer, return_ids=False, show_progress=False)
-        index._model.retrieve(toks, k=5, weight_mask=mask, show_progress=False)
+        model.retrieve([index.tokenizer.terms(q) or [""]], k=5, weight_mask=mask, show_progress=False)
     out["bm25s_weight_mask_ms"] = (time.perf_counter() - t0) / len(sub) * 1e3
     out["queries"] = len(recs)
     return out
 
 
-def bench_server(index_dir: str, queries: list[str], requests: int, concurrency: int, max_batch: int) -> dict:
+def bench_server(index_dir: str, queries: list[str], requests: int, concurrency: int, max_batch: int, workers: int = 1) -> dict:
     import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "awarl.cli", "search", "serve", "--index", index_dir, "--port", str(port),
-           "--log-level", "warning", "--max-batch", str(max_batch)]
+           "--log-level", "warning", "--max-batch", str(max_batch), "--workers", str(workers)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -240,7 +255,7 @@ def bench_server(index_dir: str, queries: list[str], requests: int, concurrency:
             t.join()
         wall = time.perf_counter() - t0
         batches = httpx.get(f"{url}/health", timeout=5).json()["batches"]
-        return {"max_batch": max_batch, "concurrency": concurrency, "requests": len(lat), "errors": len(errors),
+        return {"max_batch": max_batch, "workers": workers, "concurrency": concurrency, "requests": len(lat), "errors": len(errors),
                 "rps": len(lat) / wall, "p50_ms": pct(lat, 50) * 1e3, "p95_ms": pct(lat, 95) * 1e3,
                 "index_calls": batches}
     finally:
@@ -260,13 +275,14 @@ def report(res: dict) -> str:
         f"| {b['save_s']:.1f} | {b['mmap_load_s']:.2f} |",
         f"| rank_bm25 BM25Okapi (same tokens) | {res['rank_bm25']['build_s']:.1f} | | | | | |",
         "",
-        "| global search, top-10 | batch | awarl q/s | p50 ms | p95 ms | bm25s.retrieve q/s | p50 ms | p95 ms | awarl / bm25s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| global search, top-10 | batch | awarl MaxScore q/s | p50 ms | p95 ms | awarl exhaustive q/s | p50 ms "
+        "| bm25s.retrieve q/s | p50 ms | p95 ms | MaxScore / bm25s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in res["global"]:
-        a, s = row["awarl"], row["bm25s_retrieve"]
-        lines.append(f"| | {row['batch']} | {a['qps']:.0f} | {a['p50_ms']:.1f} | {a['p95_ms']:.1f} | {s['qps']:.0f} "
-                     f"| {s['p50_ms']:.1f} | {s['p95_ms']:.1f} | {a['qps'] / s['qps']:.1f}x |")
+        a, e, s = row["awarl"], row["awarl_exhaustive"], row["bm25s_retrieve"]
+        lines.append(f"| | {row['batch']} | {a['qps']:.0f} | {a['p50_ms']:.1f} | {a['p95_ms']:.1f} | {e['qps']:.0f} | {e['p50_ms']:.1f} "
+                     f"| {s['qps']:.0f} | {s['p50_ms']:.1f} | {s['p95_ms']:.1f} | {a['qps'] / s['qps']:.1f}x |")
     rb = res["rank_bm25"]
     per_q_awarl = 1e3 / res["global"][0]["awarl"]["qps"]
     lines += [
@@ -281,12 +297,12 @@ def report(res: dict) -> str:
         f"| awarl score whole corpus, then filter | {res['closed']['score_all_then_filter_ms']:.2f} |",
         f"| bm25s retrieve with weight_mask | {res['closed']['bm25s_weight_mask_ms']:.2f} |",
         "",
-        "| server (1 query per request) | max batch | clients | requests | errors | req/s | p50 ms | p95 ms | index calls |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| server (1 query per request) | workers | max batch | clients | requests | errors | req/s | p50 ms | p95 ms | index calls |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in res["server"]:
         label = "micro-batching" if s["max_batch"] > 1 else "no batching (baseline)"
-        lines.append(f"| {label} | {s['max_batch']} | {s['concurrency']} | {s['requests']} | {s['errors']} | {s['rps']:.0f} "
+        lines.append(f"| {label} | {s['workers']} | {s['max_batch']} | {s['concurrency']} | {s['requests']} | {s['errors']} | {s['rps']:.0f} "
                      f"| {s['p50_ms']:.1f} | {s['p95_ms']:.1f} | {s['index_calls']} |")
     return "\n".join(lines)
 
@@ -308,11 +324,11 @@ def main() -> None:
         index, build = bench_build(passages, Path(tmp))
         print(f"built in {build['build_s']:.1f}s", flush=True)
         res = {"n_queries": len(queries), "build": build}
-        res["global"] = bench_global(index, queries, args.rank_bm25_queries)
+        res["global"] = bench_global(index, build["index_dir"], queries, args.rank_bm25_queries)
         print("global search done", flush=True)
-        res["closed"] = bench_closed(index, records)
-        res["server"] = [bench_server(build["index_dir"], queries, args.server_requests, args.concurrency, mb)
-                         for mb in (256, 1)]
+        res["closed"] = bench_closed(index, build["index_dir"], records)
+        res["server"] = [bench_server(build["index_dir"], queries, args.server_requests, args.concurrency, mb, w)
+                         for mb, w in ((256, 1), (1, 1), (256, 2))]
         print("server done", flush=True)
         res["rank_bm25"] = bench_rank_bm25(passages, index, queries, args.rank_bm25_queries)
     print()
