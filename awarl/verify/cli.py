@@ -13,12 +13,13 @@ from awarl.cli_errors import fail
 app = typer.Typer(no_args_is_help=True, help="Automated-reasoning checks (Z3) and citation checks.")
 
 
-def _translator(name: str, llm_url: Optional[str], llm_model: Optional[str], samples: int, threshold: float, temperature: float):
+def _translator(name: str, llm_url: Optional[str], llm_model: Optional[str], samples: int, threshold: float, temperature: float,
+                timeout_ms: int = 5000):
     from awarl.verify.openai_client import OpenAIChatBackend
     from awarl.verify.translate import LLMTranslator, PatternTranslator
 
     if name == "pattern":
-        return PatternTranslator()
+        return PatternTranslator(timeout_ms=timeout_ms)
     if name == "llm":
         if not llm_url or not llm_model:
             fail("--translator llm needs --llm-url and --llm-model", 2)
@@ -43,7 +44,7 @@ def check_command(
     corrections: Optional[Path] = typer.Option(None, "--corrections", help="Corrections YAML checked against --answer."),
     review_queue: Optional[Path] = typer.Option(None, "--review-queue", help="JSONL file for borderline citations."),
     llm_judge: bool = typer.Option(False, "--llm-judge", help="Judge citation support with the model at --llm-url."),
-    timeout_ms: int = typer.Option(5000, "--timeout-ms", help="Time budget of one finding's check; past it, TOO_COMPLEX."),
+    timeout_ms: int = typer.Option(5000, "--timeout-ms", min=1, help="Time budget of one finding's check, and of the pattern translator's matching; past it, TOO_COMPLEX."),
     as_json: bool = typer.Option(False, "--json", help="Print {\"findings\": [...]} as JSON."),
 ) -> None:
     """Check premises and claims given in SMT-LIB, or a question and answer through a translator."""
@@ -58,7 +59,7 @@ def check_command(
         if premise or claim:
             findings.append(reasoner.check_expressions(premise, claim))
         if answer is not None:
-            tr = _translator(translator, llm_url, llm_model, samples, threshold, temperature)
+            tr = _translator(translator, llm_url, llm_model, samples, threshold, temperature, timeout_ms)
             findings += check(pol, question or "", answer, tr, reasoner=reasoner)
             findings += _citation_findings(question or "", answer, corpus, corrections, review_queue, llm_judge, llm_url, llm_model)
         elif not (premise or claim):
@@ -124,49 +125,99 @@ def _describe(f) -> str:
 @app.command("lint")
 def lint_command(
     policy: Path = typer.Argument(..., help="Policy YAML or Bedrock policy-definition JSON."),
+    budget: float = typer.Option(60.0, "--budget", min=0.001, help="Seconds the whole lint may take; what is left unchecked is reported as too_complex."),
+    timeout_ms: int = typer.Option(2000, "--timeout-ms", min=1, help="Time limit of one solver call (ms); an undecided call is reported as too_complex."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr."),
     as_json: bool = typer.Option(False, "--json", help="Print the issues as JSON."),
 ) -> None:
-    """Report conflicting rules, unused variables and rules that can never fire (exit 1 on errors)."""
+    """Report conflicting rules, unused variables and rules that can never fire (exit 1 on errors).
+
+    The lint stops at --budget and reports what it could not finish (too_complex, a warning)."""
     from awarl.verify.lint import lint
     from awarl.verify.policy import PolicyError, load_policy
 
     try:
-        issues = lint(load_policy(policy))
+        pol = load_policy(policy)
     except PolicyError as exc:
-        fail(str(exc), 2)
+        fail(exc, 2)
+    with _LintProgress(enabled=progress) as bar:
+        issues = lint(pol, timeout_ms=timeout_ms, budget_s=budget, progress=bar.update)
     if as_json:
         typer.echo(json.dumps({"issues": [i.to_dict() for i in issues]}, indent=2))
     else:
         for i in issues:
             typer.echo(f"{i.severity}: {i.kind}: {i.message}")
-        typer.echo(f"{len(issues)} issue(s)")
+        unfinished = sum(i.kind == "too_complex" for i in issues)
+        note = f" (lint incomplete: {unfinished} too_complex)" if unfinished else ""
+        typer.echo(f"{len(issues)} issue(s){note}")
     if any(i.severity == "error" for i in issues):
         raise typer.Exit(1)
 
 
+class _LintProgress:
+    """Lint progress on stderr: a live bar on a terminal, else a line per stage and every few
+    seconds, so a long lint in a log is never silent."""
+
+    def __init__(self, enabled: bool):
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.enabled, self.live = enabled, enabled and self.console.is_terminal
+        self.task: object = None
+        self.stage, self.last = "", 0.0
+
+    def __enter__(self) -> "_LintProgress":
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("[bold]lint[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=self.console, transient=True)
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.bar.stop()
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        import time
+
+        if not self.enabled:
+            return
+        if self.live:
+            if stage != self.stage:
+                self.task = self.bar.add_task(stage, total=total)
+            self.bar.update(self.task, completed=done, total=total)
+        elif stage != self.stage or done == total or time.monotonic() - self.last > 5:
+            self.console.print(f"lint: {stage} {done}/{total}", highlight=False)
+            self.last = time.monotonic()
+        self.stage = stage
+
+
 @app.command("test")
 def test_command(
-    policy: Path = typer.Argument(..., help="Policy YAML or Bedrock policy-definition JSON."),
+    policy: Path = typer.Argument(..., help="Policy YAML or Bedrock policy-definition JSON, or its <policy>.tests.yaml."),
     tests: Optional[Path] = typer.Option(None, "--tests", help="Tests file (default: <policy stem>.tests.yaml beside the policy)."),
     translator: str = typer.Option("pattern", "--translator", help="pattern or llm."),
     llm_url: Optional[str] = typer.Option(None, "--llm-url", help="OpenAI-compatible API root for the llm translator."),
     llm_model: Optional[str] = typer.Option(None, "--llm-model", help="Model name at --llm-url."),
     samples: int = typer.Option(5, "--samples", help="Independent translations the llm translator draws."),
-    timeout_ms: int = typer.Option(5000, "--timeout-ms", help="Time budget of one finding's check."),
+    timeout_ms: int = typer.Option(5000, "--timeout-ms", min=1, help="Time budget of one finding's check."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcomes as JSON."),
 ) -> None:
     """Run the policy's tests (question, answer, expected aggregated result); exit 1 on a failure."""
     from awarl.verify.policy import PolicyError, load_policy
-    from awarl.verify.policy_tests import default_tests_path, load_policy_tests, run_policy_tests
+    from awarl.verify.policy_tests import load_policy_tests, policy_and_tests, run_policy_tests
     from awarl.verify.reasoner import Reasoner
 
     try:
-        pol = load_policy(policy)
-        cases = load_policy_tests(tests or default_tests_path(policy))
+        policy_path, tests_path = policy_and_tests(policy, tests)
+        pol = load_policy(policy_path)
+        cases = load_policy_tests(tests_path)
 
         def translator_for(case):
             thr = case.confidence_threshold if case.confidence_threshold is not None else 1.0
-            return _translator(translator, llm_url, llm_model, samples, thr, 0.7)
+            return _translator(translator, llm_url, llm_model, samples, thr, 0.7, timeout_ms)
 
         outcomes = run_policy_tests(pol, cases, translator_for, Reasoner(pol, timeout_ms=timeout_ms))
     except typer.Exit:

@@ -47,11 +47,12 @@ _SMT_WORDS = smt.RESERVED
 
 
 class PolicyError(ValueError):
-    """A bad policy or expression; the message names the source, the element and the problem."""
+    """A bad policy or expression; the message names the source, the element and the problem
+    (``where`` is "file" when the problem is the file as a whole)."""
 
     def __init__(self, source: str, where: str, problem: str):
         self.source, self.where, self.problem = source, where, problem
-        super().__init__(f"{source}, {where}: {problem}")
+        super().__init__(f"{source}: {problem}" if where == "file" else f"{source}, {where}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -454,6 +455,12 @@ def load_policy(path: str | Path) -> Policy:
     Every problem with the file is a `PolicyError` naming it: missing, a folder, not UTF-8 (with
     the byte offset), not YAML/JSON (with the line), not a policy (with what is missing).
     """
+    return policy_from_dict(read_document(path), source=str(path))
+
+
+def read_document(path: str | Path) -> Any:
+    """The parsed YAML or JSON document in ``path`` (JSON when the text starts with ``{``);
+    a missing or unreadable file, bad encoding or bad syntax is a `PolicyError` naming it."""
     path = Path(path)
     source = str(path)
     try:
@@ -461,14 +468,14 @@ def load_policy(path: str | Path) -> Policy:
     except FileNotFoundError:
         raise PolicyError(source, "file", "file not found") from None
     except IsADirectoryError:
-        raise PolicyError(source, "file", "is a folder; give the policy's YAML or JSON file") from None
+        raise PolicyError(source, "file", "is a folder; give a YAML or JSON file") from None
     except OSError as exc:
         raise PolicyError(source, "file", f"cannot read: {exc.strerror or exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PolicyError(source, f"byte {exc.start}", f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the policy as UTF-8") from None
-    return policy_from_dict(_read_document(text, source), source=source)
+        raise PolicyError(source, f"byte {exc.start}", f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8") from None
+    return _read_document(text, source)
 
 
 def _read_document(text: str, source: str) -> Any:

@@ -4,21 +4,19 @@ A tests file (YAML or JSON) holds ``tests: [...]``; each test has ``question`` (
 ``queryContent``), ``answer`` (``guardContent``, required), ``expected`` (Bedrock:
 ``expectedAggregatedFindingsResult``) and optionally ``name`` and ``confidence_threshold``
 (``confidenceThreshold``). ``awarl verify test POLICY`` reads ``<policy stem>.tests.yaml`` next to
-the policy unless ``--tests`` names another file.
+the policy unless ``--tests`` names another file; given the tests file itself, it finds the policy
+beside it (`policy_and_tests`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from awarl.verify.findings import Finding, Result, aggregate
-from awarl.verify.policy import Policy
+from awarl.verify.policy import Policy, read_document
 from awarl.verify.reasoner import Reasoner, check
 from awarl.verify.translate import Translator
 
@@ -52,20 +50,42 @@ class PolicyTestOutcome:
         }
 
 
+_TESTS_SUFFIXES = (".tests.yaml", ".tests.yml", ".tests.json")
+_POLICY_SUFFIXES = (".yaml", ".yml", ".json")
+
+
 def default_tests_path(policy_path: str | Path) -> Path:
     p = Path(policy_path)
     return p.with_name(p.stem + ".tests.yaml")
 
 
+def policy_and_tests(path: str | Path, tests: str | Path | None = None) -> tuple[Path, Path]:
+    """(policy file, tests file) from what a user names: the policy (its tests are
+    ``<stem>.tests.yaml`` beside it) or the tests file (its policy is ``<stem>.yaml``, ``.yml`` or
+    ``.json`` beside it). ``tests`` overrides the tests file."""
+    path = Path(path)
+    name = path.name
+    suffix = next((s for s in _TESTS_SUFFIXES if name.endswith(s)), None)
+    if suffix is None:
+        return path, Path(tests) if tests is not None else default_tests_path(path)
+    if tests is not None:
+        raise ValueError(f"{path} is a tests file; give the policy as the argument when --tests names the tests")
+    stem = name[: -len(suffix)]
+    for ext in _POLICY_SUFFIXES:
+        candidate = path.with_name(stem + ext)
+        if candidate.is_file():
+            return candidate, path
+    tried = ", ".join(stem + ext for ext in _POLICY_SUFFIXES)
+    raise ValueError(f"{path} is a tests file, and no policy is beside it (looked for {tried})")
+
+
 def load_policy_tests(path: str | Path) -> list[PolicyTest]:
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"{path}: file not found")
-    text = path.read_text(encoding="utf-8")
-    data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+    data = read_document(path)  # a PolicyError (a ValueError) names the file and the problem
     items = data.get("tests") if isinstance(data, Mapping) else None
     if not isinstance(items, list):
-        raise ValueError(f"{path}: expected a mapping with a 'tests' list")
+        hint = " (this looks like a policy; its tests go in a separate <policy>.tests.yaml)" if isinstance(data, Mapping) and "rules" in data else ""
+        raise ValueError(f"{path}: expected a mapping with a 'tests' list{hint}")
     return [_test_from(item, f"{path}, tests[{i}]", i) for i, item in enumerate(items)]
 
 
@@ -92,7 +112,7 @@ def _test_from(item: Any, where: str, i: int) -> PolicyTest:
     except ValueError:
         raise ValueError(f"{where}, field 'expected': expected one of {[r.value for r in Result]}, got {expected!r}") from None
     threshold = _pick(item, "confidence_threshold", "confidenceThreshold")
-    if threshold is not None and not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1):
+    if threshold is not None and (isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1)):
         raise ValueError(f"{where}, field 'confidence_threshold': expected a number in [0, 1]")
     return PolicyTest(str(item.get("name") or f"test {i}"), question, answer, result, threshold)
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import z3
 
+from awarl.verify.equivalence import equivalent
 from awarl.verify.findings import (
     Ambiguity,
     Finding,
@@ -34,9 +34,9 @@ from awarl.verify.findings import (
     Translation,
 )
 from awarl.verify.policy import Policy
+from awarl.verify.translate import TranslationTimeout, Translator
 
-if TYPE_CHECKING:
-    from awarl.verify.translate import Translator
+__all__ = ["Reasoner", "check", "equivalent"]  # equivalent lives in awarl.verify.equivalence
 
 
 class _OutOfTime(Exception):
@@ -272,36 +272,23 @@ class Reasoner:
         return [RuleRef(identifier=r.id, policy_version_arn=self.policy_arn, description=r.description) for r in rules]
 
 
-def equivalent(policy: Policy, a: Translation, b: Translation, timeout_ms: int = 1000) -> bool:
-    """Whether two translations say the same thing: premises equivalent and claims equivalent.
-
-    Pure logic over the policy's variables (the rules are not assumed), so "tenure ≥ 12" and
-    "not tenure < 12" agree while two readings the policy merely links do not. A solver
-    ``unknown`` counts as "not shown equivalent".
-    """
-    ctx = policy.ctx
-
-    def conj(statements: Sequence) -> z3.BoolRef:
-        parts = [policy.parse(s.logic) for s in statements]
-        return z3.And(*parts) if parts else z3.BoolVal(True, ctx)
-
-    s = z3.Solver(ctx=ctx)
-    s.set("random_seed", 0)
-    s.set("timeout", timeout_ms)
-    pa, pb, ca, cb = conj(a.premises), conj(b.premises), conj(a.claims), conj(b.claims)
-    s.add(z3.Or(pa != pb, ca != cb))
-    return s.check() == z3.unsat
-
-
-def check(policy: Policy, question: str, answer: str, translator: "Translator", *, reasoner: Reasoner | None = None) -> list[Finding]:
+def check(policy: Policy, question: str, answer: str, translator: Translator, *, reasoner: Reasoner | None = None) -> list[Finding]:
     """Translate a question and answer and check every statement: one finding per statement.
+
+    A translator that runs out of time (`TranslationTimeout`, e.g. a pattern regex past its
+    budget) gives one TOO_COMPLEX finding.
 
     Nothing translated gives one NO_TRANSLATIONS finding; answer text that stays untranslated
     beside translated statements adds a NO_TRANSLATIONS finding listing it, since VALID covers
     only what was translated.
     """
     reasoner = reasoner or Reasoner(policy)
-    items = translator.translate(question, answer, policy)
+    try:
+        items = translator.translate(question, answer, policy)
+    except TranslationTimeout as exc:
+        # The translation was cut short, so nothing about the answer is known: not VALID, not
+        # "nothing to check" either.
+        return [Finding(Result.TOO_COMPLEX, translation=Translation(untranslated_claims=[answer] if answer.strip() else []), detail=str(exc))]
     if not items:
         items = [Translation(untranslated_claims=[answer] if answer.strip() else [])]
     findings = [reasoner.check(item) for item in items]

@@ -13,14 +13,16 @@ Both return ``list[Translation | Ambiguity]``, what `awarl.verify.reasoner.check
 from __future__ import annotations
 
 import json
+import math
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from awarl.verify.equivalence import equivalent
 from awarl.verify.findings import Ambiguity, Statement, Translation
 from awarl.verify.policy import Policy, PolicyError
-from awarl.verify.reasoner import equivalent
 
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 
@@ -37,6 +39,10 @@ class Generator(Protocol):
 
 class TranslationError(RuntimeError):
     """The translator could not produce any usable translation (e.g. no sample parsed)."""
+
+
+class TranslationTimeout(TranslationError):
+    """The translator ran past its time budget; `awarl.verify.reasoner.check` reports TOO_COMPLEX."""
 
 
 def split_sentences(text: str) -> list[str]:
@@ -57,15 +63,26 @@ class _Match:
 
 
 class PatternTranslator:
-    """Deterministic translation from the phrases and regexes declared in the policy."""
+    """Deterministic translation from the phrases and regexes declared in the policy.
+
+    ``timeout_ms`` bounds all the regex matching of one question and answer: a policy regex
+    that backtracks badly on some text must not stall the check (one took 13.8 s on a
+    29-character answer). Past it, `translate` raises `TranslationTimeout`.
+    """
 
     name = "pattern"
 
+    def __init__(self, *, timeout_ms: int = 1000):
+        if timeout_ms <= 0:
+            raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
+        self.timeout_ms = timeout_ms
+
     def translate(self, question: str, answer: str, policy: Policy) -> list[Translation | Ambiguity]:
+        deadline = time.monotonic() + self.timeout_ms / 1000.0
         premises: list[Statement] = []
         untranslated_premises: list[str] = []
         for sentence in split_sentences(question):
-            matches = [m for m in self._read(sentence, policy) if m.role != "claim"]
+            matches = [m for m in self._read(sentence, policy, deadline) if m.role != "claim"]
             _add(premises, [self._statement(policy, m) for m in matches])
             if not matches:
                 untranslated_premises.append(sentence)
@@ -73,7 +90,7 @@ class PatternTranslator:
         per_sentence: list[list[Statement]] = []
         untranslated_claims: list[str] = []
         for sentence in split_sentences(answer):
-            matches = self._read(sentence, policy)
+            matches = self._read(sentence, policy, deadline)
             _add(premises, [self._statement(policy, m) for m in matches if m.role == "premise"])
             claims = [self._statement(policy, m) for m in matches if m.role != "premise"]
             if claims:
@@ -91,16 +108,17 @@ class PatternTranslator:
             for claims in per_sentence
         ]
 
-    @staticmethod
-    def _read(sentence: str, policy: Policy) -> list[_Match]:
+    def _read(self, sentence: str, policy: Policy, deadline: float) -> list[_Match]:
         found: list[_Match] = []
         for var in policy.variables:
-            for pattern in var.patterns:
-                m = pattern.compiled().search(sentence)
+            for j, pattern in enumerate(var.patterns):
+                m = self._search(pattern, sentence, deadline, f"variable '{var.name}', patterns[{j}]")
                 if not m:
                     continue
                 if pattern.extract is not None:
-                    number = float(m.group(1).replace(",", "")) * pattern.scale
+                    number = _number(m.group(1), pattern.scale)
+                    if number is None:  # the group caught no number: this pattern does not apply
+                        continue
                     value: Any = int(round(number)) if policy.kind(var.name) == "int" else number
                 else:
                     value = pattern.value
@@ -108,9 +126,30 @@ class PatternTranslator:
                 break
         return found
 
+    def _search(self, pattern: Any, sentence: str, deadline: float, where: str) -> Any:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            return pattern.compiled().search(sentence, timeout=left)
+        except TimeoutError:
+            raise TranslationTimeout(
+                f"pattern translation ran past its {self.timeout_ms} ms budget at {where} ({pattern.source()!r}) "
+                f"on {sentence[:80]!r}"
+            ) from None
+
     @staticmethod
     def _statement(policy: Policy, m: _Match) -> Statement:
         return Statement(logic=policy.assignment(m.name, m.value), natural_language=m.text)
+
+
+def _number(text: str | None, scale: float) -> float | None:
+    """The number an extract group caught (thousands separators allowed), times ``scale``."""
+    try:
+        number = float((text or "").replace(",", "")) * scale
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _add(into: list[Statement], new: Sequence[Statement]) -> None:

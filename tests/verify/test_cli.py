@@ -87,7 +87,7 @@ def test_lint_exit_codes(runner, tmp_path):
     path.write_text(yaml.safe_dump(bad), encoding="utf-8")
     out = runner.invoke(app, ["verify", "lint", str(path), "--json"])
     assert out.exit_code == 1
-    assert [i["kind"] for i in json.loads(out.output)["issues"]] == ["never_fires"]
+    assert [i["kind"] for i in json.loads(out.stdout)["issues"]] == ["never_fires"]
 
 
 @pytest.mark.parametrize("name", ["pricing", "benefits"])
