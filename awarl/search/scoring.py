@@ -39,10 +39,16 @@ def score_rows(p: Postings, token_ids: np.ndarray, rows: np.ndarray) -> np.ndarr
     for t in token_ids:
         start, end = int(indptr[t]), int(indptr[t + 1])
         posting = indices[start:end]
-        pos = np.searchsorted(posting, rows)
-        found = pos < len(posting)
-        found[found] = posting[pos[found]] == rows[found]
-        scores[found] += data[start + pos[found]]
+        if len(posting) < len(rows):  # search the shorter list in the longer one; same additions
+            pos = np.searchsorted(rows, posting)
+            hit = pos < len(rows)
+            hit[hit] = rows[pos[hit]] == posting[hit]
+            scores[pos[hit]] += data[start:end][hit]
+        else:
+            pos = np.searchsorted(posting, rows)
+            found = pos < len(posting)
+            found[found] = posting[pos[found]] == rows[found]
+            scores[found] += data[start + pos[found]]
     if p.nonoccurrence is not None and len(token_ids):
         scores += p.nonoccurrence[token_ids].sum()
     return scores
@@ -64,6 +70,10 @@ def best_of(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, n
     """The ``k`` best positive scores among ``rows``, best first, ties: lower row first."""
     keep = scores > 0
     rows, scores = rows[keep], scores[keep]
+    if len(scores) > 4 * k:  # a partition first: sorting every candidate costs more
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        keep = scores >= kth  # all ties with the k-th score stay, so the lower rows win them
+        rows, scores = rows[keep], scores[keep]
     order = np.lexsort((rows, -scores))[:k]
     return rows[order], scores[order]
 
@@ -104,9 +114,10 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     #    the long terms they give a threshold: the k-th best exact score among real passages, so
     #    the true k-th best is at least as high.
     exact = [p.indices[p.indptr[t] : p.indptr[t + 1]] for t in terms[short]]
-    seed = np.unique(np.concatenate(exact + [p.best_rows(int(t), SEED_ROWS) for t in terms[~short]]).astype(np.int64))
+    seed = _union(exact + [p.best_rows(int(t), SEED_ROWS) for t in terms[~short]])
     seed_scores = score_rows(p, token_ids, seed)
-    theta = float(np.partition(seed_scores, len(seed) - k)[len(seed) - k]) / margin if len(seed) >= k else 0.0
+    kth = np.partition(seed_scores, len(seed) - k)[len(seed) - k] if len(seed) >= k else np.float32(0)
+    theta = float(kth) / margin
     # 2. A passage outside the short lists scores at most the bounds of the long terms. MaxScore's
     #    split: long terms whose bounds sum below theta (smallest first) cannot lift a passage into
     #    the top k alone, so a candidate must hold one of the others, the essential terms, and
@@ -115,17 +126,19 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     order = np.argsort(long_bounds, kind="stable")
     nonessential = np.cumsum(long_bounds[order]) * margin < theta
     total = float(long_bounds.sum())
-    picks = []
+    parts = []
     size = 0
     for u in order[~nonessential]:
         need = (theta - (total - long_bounds[u]) * margin) / long_counts[u]
-        picks.append((int(long_terms[u]), need))
-        size += p.count_at_least(int(long_terms[u]), need)
-    if dense_share is not None and size * dense_share > p.num_docs:
-        return top_k_exhaustive(p, token_ids, k)
-    parts = [p.rows_at_least(t, need) for t, need in picks]
+        if dense_share is not None and (size + p.count_at_least(int(long_terms[u]), need)) * dense_share > p.num_docs:
+            return _top_k_dense(p, token_ids, k, kth)
+        parts.append(p.rows_at_least(int(long_terms[u]), need))
+        size += len(parts[-1])
+        if dense_share is not None and size * dense_share > p.num_docs:
+            return _top_k_dense(p, token_ids, k, kth)
     if parts:
-        more = np.setdiff1d(np.concatenate(parts).astype(np.int64), seed)
+        more = _union(parts)
+        more = more[~_isin_sorted(more, seed)]
         cand = np.concatenate([seed, more])
         scores = np.concatenate([seed_scores, score_rows(p, token_ids, more)])
     else:
@@ -134,6 +147,30 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     if len(rows) < k and p.nonoccurrence is not None:
         rows, scores = _fill_nonoccurrence(p, token_ids, cand, rows, scores, k)
     return rows, scores
+
+
+def _union(parts: list[np.ndarray]) -> np.ndarray:
+    """Sorted distinct rows of several arrays (a sort beats np.unique's hashing here)."""
+    rows = np.sort(np.concatenate(parts).astype(np.int64))
+    return rows[np.concatenate([[True], rows[1:] != rows[:-1]])] if len(rows) else rows
+
+
+def _isin_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    pos = np.searchsorted(sorted_set, values)
+    hit = pos < len(sorted_set)
+    hit[hit] = sorted_set[pos[hit]] == values[hit]
+    return hit
+
+
+def _top_k_dense(p: Postings, token_ids: np.ndarray, k: int, kth: np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """The exhaustive score array, but with a known k-th best score ``kth`` (the float32 score
+    of a real passage): every passage of the top k scores at least that, so one comparison pass
+    replaces the partition of the whole corpus."""
+    scores = score_all(p, token_ids)
+    cand = np.flatnonzero(scores >= kth) if kth > 0 else np.arange(len(scores))
+    if len(cand) < k and kth > 0:  # cannot happen (kth is reached by k passages); stay exact regardless
+        return top_k_exhaustive(p, token_ids, k)
+    return best_of(cand, scores[cand], k)
 
 
 def _fill_nonoccurrence(p: Postings, token_ids: np.ndarray, touched: np.ndarray, rows: np.ndarray,
