@@ -17,6 +17,7 @@ import re
 import types
 import typing
 from dataclasses import MISSING, field, fields
+from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
@@ -61,6 +62,20 @@ def load_yaml(text: str) -> Any:
     {'a': 'no', 'b': 1e-05, 'c': True}
     """
     return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_yaml_file(path: str | Path, what: str = "recipe") -> Any:
+    """Parse a YAML file; a missing file, a folder, non-UTF-8 bytes or broken YAML is a `ConfigError`
+    naming the file (and the byte offset or YAML position)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: {what} not found" if not path.exists() else f"{path}: a folder, not a {what}")
+    try:
+        return load_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
 
 
 def closest(name: str, names: typing.Iterable[str]) -> str | None:
@@ -175,4 +190,4 @@ def _describe(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
-__all__ = ["ConfigError", "build", "check_type", "closest", "doc", "field_help", "load_yaml"]
+__all__ = ["ConfigError", "build", "check_type", "closest", "doc", "field_help", "load_yaml", "read_yaml_file"]

@@ -22,7 +22,7 @@ from typing import Any
 import typer
 
 from awarl.agent.settings import RolloutSettings, load_rollout, option_help
-from awarl.config_fields import ConfigError, load_yaml
+from awarl.config_fields import ConfigError, read_yaml_file
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +71,7 @@ def recipe_rollout(path: Path) -> RolloutSettings:
     path = Path(path)
     if path.is_dir():
         return load_rollout(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: recipe not found" if not path.exists() else f"{path}: is a folder, not a recipe")
-    try:
-        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except Exception as exc:  # yaml.YAMLError and its subclasses
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    raw = read_yaml_file(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a recipe is a YAML mapping, got {type(raw).__name__}")
     return RolloutSettings.from_dict(raw.get("rollout") or {}, f"{path}: rollout")

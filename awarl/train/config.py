@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 
 from awarl.agent.settings import RECIPE_FILE, RolloutSettings
-from awarl.config_fields import ConfigError, build, closest, load_yaml
+from awarl.config_fields import ConfigError, build, closest, load_yaml, read_yaml_file
 from awarl.config_fields import doc as _doc
 from awarl.rewards.config import RewardConfig
 
@@ -177,15 +177,7 @@ class TrainConfig:
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "TrainConfig":
         """Load a recipe and apply ``section.field=value`` overrides."""
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: recipe not found" if not path.exists() else f"{path}: a folder, not a recipe")
-        try:
-            raw = load_yaml(path.read_text(encoding="utf-8")) or {}
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+        raw = read_yaml_file(path) or {}
         for item in overrides or []:
             apply_override(raw, item)
         return cls.from_dict(raw, source=str(path))

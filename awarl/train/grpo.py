@@ -310,7 +310,6 @@ def main(config: TrainConfig, *, resume: str | None = None, output_dir: str | No
          on_log: Callable[[str], None] | None = None, extra_callbacks: Sequence[Any] = ()) -> Path:
     """Train; returns the folder of the final model (weights, tokenizer, chat template)."""
     from awarl.train.callbacks import load_penalty_state
-    from awarl.train.export import save_model
 
     out = Path(output_dir or config.output_dir)
     trainer, stateful = build_trainer(config, str(out), extra_callbacks, on_log=on_log)
@@ -319,14 +318,21 @@ def main(config: TrainConfig, *, resume: str | None = None, output_dir: str | No
         saved = load_penalty_state(stateful, checkpoint)
         log.info("resuming from %s (step %s, penalty %s)", checkpoint, saved["global_step"], saved["penalty"])
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    final = out / "final"
+    return save_final(trainer, config, out / "final")
+
+
+def save_final(trainer: Any, config: TrainConfig, final: Path) -> Path:
+    """The trained model, its tokenizer and chat template, and the resolved recipe, into ``final`` (LoRA
+    adapters merged). Every process calls it: ZeRO-3 gathers the shards inside ``save_model``."""
+    from awarl.train.export import save_model
+
     if config.model.lora:
         if trainer.accelerator.is_main_process:
             model = trainer.accelerator.unwrap_model(trainer.model)
             save_model(model, trainer.processing_class, final, merge_lora=True)
     else:
-        trainer.save_model(str(final))  # every process calls it: ZeRO-3 gathers the shards here
+        trainer.save_model(str(final))
     if trainer.accelerator.is_main_process:
-        config.save(final)
+        config.save(final)  # evaluation and serving of this checkpoint then default to the same agent
     trainer.accelerator.wait_for_everyone()
     return final

@@ -248,20 +248,10 @@ def build_trainer(config: TrainConfig, output_dir: str | Path, on_log: Callable[
 
 def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[str], None] | None = None) -> Path:
     """Run cold-start SFT; the model, its tokenizer and chat template go to ``<output>/final``."""
-    from awarl.train.export import save_model
+    from awarl.train.grpo import save_final
 
     out = Path(output_dir) if output_dir else config.sft_final().parent
     trainer = build_trainer(config, out, on_log)
     config.save(out)
     trainer.train()
-    final = out / "final"
-    if config.model.lora:
-        if trainer.accelerator.is_main_process:
-            model = trainer.accelerator.unwrap_model(trainer.model)
-            save_model(model, trainer.processing_class, final, merge_lora=True)
-    else:
-        trainer.save_model(str(final))
-    if trainer.accelerator.is_main_process:
-        config.save(final)  # p_i and evaluation of this checkpoint then default to the same agent
-    trainer.accelerator.wait_for_everyone()
-    return final
+    return save_final(trainer, config, out / "final")
