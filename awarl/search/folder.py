@@ -6,15 +6,12 @@ it was built with) next to the passage store (`awarl.search.store`) and the kind
 
 Why a swap: a server memory-maps the files of its index. Rewriting them in place truncates pages
 under the mapping (the server dies of SIGBUS), and a build killed half-way leaves neither the
-old index nor the new one. So an index is always written into a fresh sibling folder
-(``.NAME.building-PID``), marked complete by renaming it to ``.NAME.new``, and swapped in with two
-renames (``NAME`` -> ``.NAME.old``, ``.NAME.new`` -> ``NAME``); the old folder is deleted last.
-Files are never modified once written, so a process that mapped the old files keeps reading the
-old, intact index until it reopens the folder (deleted files live on while mapped).
-
-A crash can stop the swap between its two renames. Readers never write: if ``NAME`` is missing
-they read the complete ``.NAME.new`` (or, before it was made, ``.NAME.old``). The next writer
-finishes or undoes the interrupted swap (`recover`) before it starts.
+old index nor the new one. So an index is always written into a fresh sibling folder and
+swapped in whole by `awarl.data.folders.replace_folder` (the one crash-safe folder swap awarl
+has: two renames, a lock, recovery at the next write). Files are never modified once written,
+so a process that mapped the old files keeps reading the old, intact index until it reopens the
+folder (deleted files live on while mapped). Readers never write: if a crash stopped a swap
+between its renames, `resolve` points them at the complete folder.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,54 +54,27 @@ def read_meta(index_dir: str | Path, expect_kind: str | None = None) -> dict[str
     return meta
 
 
-def _sibling(target: Path, tag: str) -> Path:
-    return target.with_name(f".{target.name}.{tag}")
+def _sibling(target: Path, kind: str) -> Path:
+    return target.with_name(f".{target.name}.awarl-{kind}")  # `awarl.data.folders`' naming
 
 
 def resolve(index_dir: str | Path) -> Path:
-    """The folder to read for ``index_dir``: itself, or the complete side folder of a swap that
-    was interrupted between its two renames (readers never repair; the next build does)."""
+    """The folder to read for ``index_dir``: itself, or, when a swap was interrupted between its
+    two renames (``.NAME.awarl-old`` exists, ``NAME`` does not), the complete new folder (it is
+    renamed into place only once complete) or else the old one. Readers never repair; the next
+    build does (`awarl.data.folders.recover`)."""
     index_dir = Path(index_dir)
-    if index_dir.exists():
+    if index_dir.exists() or not _sibling(index_dir, "old").exists():
         return index_dir
-    for tag in ("new", "old"):
-        side = _sibling(index_dir, tag)
-        if (side / META_FILE).exists():
-            return side
+    for kind in ("new", "old"):
+        if (_sibling(index_dir, kind) / META_FILE).exists():
+            return _sibling(index_dir, kind)
     return index_dir
-
-
-def recover(target: Path) -> None:
-    """Finish or undo a swap a crash interrupted, and delete abandoned build folders."""
-    new, old = _sibling(target, "new"), _sibling(target, "old")
-    if not target.exists():
-        if (new / META_FILE).exists():
-            new.rename(target)
-        elif (old / META_FILE).exists():
-            old.rename(target)
-    for side in (new, old):
-        if side.exists() and target.exists():
-            shutil.rmtree(side, ignore_errors=True)
-    for stale in target.parent.glob(f".{target.name}.building-*"):
-        pid = stale.name.rsplit("-", 1)[-1]
-        if not (pid.isdigit() and _alive(int(pid))):
-            shutil.rmtree(stale, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def check_target(target: Path) -> None:
     """Refuse to replace something that is not an index folder (a typo must not delete data)."""
+    target = Path(target)
     if target.exists() and not target.is_dir():
         raise DataError(target, "-", "exists and is a file; --out must be a folder")
     if target.is_dir() and any(target.iterdir()) and not (target / META_FILE).exists():
@@ -115,36 +84,17 @@ def check_target(target: Path) -> None:
 
 @contextlib.contextmanager
 def staged(target: str | Path) -> Iterator[Path]:
-    """Yield an empty folder to write a new index into; on success it replaces ``target``
-    atomically, on any error it is deleted and ``target`` is left as it was."""
+    """Yield an empty folder to write a new index into; on success every file is synced and the
+    folder replaces ``target`` atomically (`awarl.data.folders.replace_folder`: two renames, a
+    lock against a second writer, crash recovery at the next write); on any error it is deleted
+    and ``target`` is left as it was. Only an index folder (or an empty one) is ever replaced."""
+    from awarl.data.folders import replace_folder
+
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     check_target(target)
-    recover(target)
-    building = _sibling(target, f"building-{os.getpid()}")
-    shutil.rmtree(building, ignore_errors=True)
-    building.mkdir()
-    try:
+    with replace_folder(target, force=True) as building:
         yield building
         _fsync_tree(building)
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
-        raise
-    swap_in(building, target)
-
-
-def swap_in(complete: Path, target: Path) -> None:
-    """Make the complete folder ``complete`` the new ``target`` (two renames, see the module doc)."""
-    new, old = _sibling(target, "new"), _sibling(target, "old")
-    shutil.rmtree(new, ignore_errors=True)
-    complete.rename(new)  # from here on the new index is complete and findable
-    _fsync_dir(target.parent)
-    if target.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-    new.rename(target)
-    _fsync_dir(target.parent)
-    shutil.rmtree(old, ignore_errors=True)  # a server that mapped the old files keeps them alive
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -155,13 +105,3 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-    for sub in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
-        _fsync_dir(sub)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -18,7 +18,8 @@ import pytest
 from awarl.data.records import DataError, Passage
 from awarl.search.bm25 import BM25Index
 from awarl.search.client import open_retriever
-from awarl.search.folder import META_FILE, recover, resolve
+from awarl.data.folders import recover
+from awarl.search.folder import META_FILE, resolve
 from awarl.search.index import load_index
 from awarl.search.retriever import SearchError
 
@@ -73,7 +74,7 @@ def test_a_kill_during_rebuild_leaves_the_old_index_loadable(tmp_path):
         while not flag.exists():
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        assert any(p.name.startswith(".idx.building-") for p in tmp_path.iterdir())
+        assert (tmp_path / ".idx.awarl-new").is_dir()  # the build in progress
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -87,10 +88,10 @@ def test_a_swap_interrupted_between_its_renames_is_readable_and_repaired(tmp_pat
     out = tmp_path / "idx"
     BM25Index.build_folder(_corpus("old"), out)
     BM25Index.build(_corpus("new")).save(tmp_path / "staging")
-    # the crash window: the complete new folder is in place as .idx.new, idx was renamed away
-    (tmp_path / "staging").rename(tmp_path / ".idx.new")
-    out.rename(tmp_path / ".idx.old")
-    assert resolve(out) == tmp_path / ".idx.new"
+    # the crash window: the complete new folder waits as .idx.awarl-new, idx was renamed away
+    (tmp_path / "staging").rename(tmp_path / ".idx.awarl-new")
+    out.rename(tmp_path / ".idx.awarl-old")
+    assert resolve(out) == tmp_path / ".idx.awarl-new"
     assert _ids(load_index(out), "new rivers")[0].startswith("new")  # readers read the new one, change nothing
     assert isinstance(open_retriever(str(out)), BM25Index)
     recover(out)
