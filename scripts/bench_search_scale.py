@@ -183,7 +183,13 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
         write_corpus(corpus, n)
         print(f"  corpus {n:,}: written in {time.perf_counter() - t0:.0f}s", flush=True)
     out = work / f"bm25-{n}"
-    built = build(corpus, out)
+    stats = work / f"build-{n}.json"
+    if args.reuse and stats.exists() and (out / "awarl_index.json").exists():
+        built = json.loads(stats.read_text())
+        print(f"  reusing the index built earlier ({stats})", flush=True)
+    else:
+        built = build(corpus, out)
+        stats.write_text(json.dumps(built))
     print(f"  build {n:,}: {built['seconds']:.1f}s, peak anon {built['peak_anon_mb']:.0f} MB, peak RSS {built['peak_rss_mb']:.0f} MB",
           flush=True)
     queries = sample_queries(corpus, n, args.queries)
@@ -238,6 +244,7 @@ def main() -> None:
     parser.add_argument("--time-cap-min", type=float, default=60.0, help="skip sizes that would start after this")
     parser.add_argument("--work", default=str(ROOT / "work" / "bench-scale"))
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--reuse", action="store_true", help="reuse indexes (and their build figures) from an earlier run")
     parser.add_argument("--build-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.build_child:
