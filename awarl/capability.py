@@ -124,7 +124,7 @@ def _check_row_settings(path: Path, lineno: int, cap: dict[str, Any], config: Ca
     diff = config.rollout.mismatch(cap.get("rollout"))
     if diff:
         raise DataError(path, f"line {lineno}", f"estimated under other rollout settings ({'; '.join(diff)}; "
-                        "recorded vs this run); resume with the same settings (--config the same recipe) or "
+                        "this run vs recorded); resume with the same settings (--config the same recipe) or "
                         "write to a new --out", "capability.rollout")
 
 

@@ -107,7 +107,7 @@ def test_estimate_k2_with_resume_after_crash(prepared, backend, tmp_path):
     # Resuming under other rollout settings is refused, naming both values and the fix.
     other = CapabilityConfig(model="tiny", data=prepared, out=out, rollout=rollout.replace(topk=5), k=2,
                              temperature=1.0)
-    with pytest.raises(DataError, match=r"other rollout settings \(topk: 3 vs 5; recorded vs this run\).*new --out"):
+    with pytest.raises(DataError, match=r"other rollout settings \(topk: 5 vs 3; this run vs recorded\).*new --out"):
         estimate(other, backend=backend, progress=False)
 
 

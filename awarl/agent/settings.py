@@ -130,14 +130,14 @@ class RolloutSettings:
         changes = {k: v for k, v in changes.items() if v is not None}
         return build(type(self), {**self.to_dict(), **changes}, "rollout") if changes else self
 
-    def mismatch(self, other: "RolloutSettings | dict[str, Any] | None") -> list[str]:
+    def mismatch(self, other: "RolloutSettings | dict[str, Any] | None", sep: str = " vs ") -> list[str]:
         """The settings that differ from ``other``, as ``"name: mine vs theirs"`` (empty when equal)."""
         if other is None:
             return ["no rollout settings recorded"]
         if isinstance(other, dict):
             other = RolloutSettings.from_dict(other, "recorded rollout settings")
         mine, theirs = self.resolved(), other.resolved()
-        return [f"{name}: {_short(mine[name])} vs {_short(theirs[name])}" for name in mine if mine[name] != theirs[name]]
+        return [f"{name}: {_short(mine[name])}{sep}{_short(theirs[name])}" for name in mine if mine[name] != theirs[name]]
 
     def save(self, folder: str | Path) -> Path:
         """Write ``folder/rollout.json`` (the resolved settings, so a later default change is noticed)."""
@@ -170,7 +170,7 @@ def require_same(expected: RolloutSettings, recorded: Any, *, what: str, fix: st
     diff = expected.mismatch(recorded)
     if diff:
         raise ConfigError(f"{what} was measured under other rollout settings than this run's "
-                          f"({'; '.join(diff)}; recorded vs this run). {fix}")
+                          f"({'; '.join(diff)}; this run vs recorded). {fix}")
 
 
 def option_help() -> dict[str, str]:

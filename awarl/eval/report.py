@@ -111,6 +111,7 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[RunSummary]) -> s
     lines += ["", "P = correct / answered, A = correct / all, RA-F1 = 2PA / (P + A); refusal, EM and F1 over all "
               "questions; macro avg = mean over data sets. Citations: fabricated = cited ids not in the corpus, "
               "unsupported = cited passages not among the gold supporting passages.", ""]
+    lines += _settings_section(runs)
     if any(any(d["n"] for d in run.calibration) for run in runs):
         lines += ["## Refusal rate by p_i decile", "", "| run | " + " | ".join(f"{d / 10:.1f}–{(d + 1) / 10:.1f}"
                                                                           for d in range(DECILES)) + " |",
@@ -120,6 +121,23 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[RunSummary]) -> s
             lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _settings_section(runs: Sequence[RunSummary]) -> list[str]:
+    """What each run's agent and training were: the rollout settings of the evaluation and, for an awarl
+    checkpoint, the reward hyperparameters it was trained with."""
+    out = ["## Runs", "", "| run | model | rollout (scope, topk, words, searches, tokens, metric) | trained with |",
+           "|---|---|---|---|"]
+    for run in runs:
+        rollout = (run.metrics.get("settings") or {}).get("rollout") or {}
+        agent = ", ".join(str(rollout.get(k, "–")) for k in ("scope", "topk", "passage_words", "max_searches",
+                                                              "max_completion_tokens", "metric"))
+        recipe = run.metrics.get("recipe") or {}
+        keys = ("reward/kind", "reward/gamma", "reward/p_clip", "reward/beta", "reward/tau", "reward/delta",
+                "reward/w_cite", "reward/cite_on")
+        trained = ", ".join(f"{k.split('/')[1]}={recipe[k]}" for k in keys if k in recipe) or "–"
+        out.append(f"| {run.name} | {run.metrics.get('model', '–')} | {agent} | {trained} |")
+    return out + [""]
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
@@ -210,6 +228,7 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str, P
     paths["markdown"].write_text(to_markdown(rows, runs), encoding="utf-8")
     paths["json"].write_text(json.dumps({
         "runs": [{"name": r.name, "path": str(r.path), "model": r.metrics.get("model"),
+                  "recipe": r.metrics.get("recipe"), "rollout": (r.metrics.get("settings") or {}).get("rollout"),
                   "overall": r.metrics.get("overall"), "macro": r.metrics["macro"],
                   "per_dataset": r.metrics["per_dataset"], "refusal_by_p_decile": r.calibration} for r in runs],
         "table": rows,

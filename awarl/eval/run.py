@@ -184,7 +184,10 @@ def _pin_settings(path: Path, config: EvalConfig, *, resuming: bool) -> None:
             raise DataError(path, "-", "not a run settings file (expected a JSON object); use a new --out")
         changed = [f"{k}: {before[k]!r} -> {settings[k]!r}" for k in RESULT_SETTINGS
                    if k in before and k != "rollout" and before[k] != settings[k]]
-        changed += config.rollout.mismatch(before.get("rollout")) if "rollout" in before else ["rollout: not recorded"]
+        if isinstance(before.get("rollout"), dict):
+            changed += RolloutSettings.from_dict(before["rollout"], f"{path}: rollout").mismatch(config.rollout, " -> ")
+        else:
+            changed.append("rollout: not recorded")
         if changed:
             raise DataError(path, "-", "this run folder holds a run with other settings "
                             f"({'; '.join(changed)}); use a new --out")
@@ -235,6 +238,7 @@ def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord
         "name": config.name or out.name,
         "model": config.model,
         "settings": config.settings(),
+        "recipe": checkpoint_hyperparameters(config.model),
         "overall": {**scored.metrics.to_dict(), **extras(range(len(records)))},
         "per_dataset": per_dataset,
         "macro": macro,
@@ -307,3 +311,26 @@ class _progress:
 
     def __exit__(self, *exc: object) -> None:
         self.bar.stop()
+
+
+def checkpoint_hyperparameters(model: str) -> dict[str, Any] | None:
+    """The reward and rollout settings a checkpoint was trained with (from the ``awarl_recipe.yaml`` awarl
+    saves beside it), flattened as ``reward/gamma`` …, so reports compare runs by their settings."""
+    from awarl.agent.settings import RECIPE_FILE
+    from awarl.config_fields import ConfigError, read_yaml_file
+
+    bare = model.split(":", 1)[1] if model.startswith(("hf:", "vllm:")) else model
+    for base in (Path(bare), Path(bare).parent):
+        path = base / RECIPE_FILE
+        if not path.is_file():
+            continue
+        try:
+            raw = read_yaml_file(path) or {}
+        except ConfigError:
+            return None
+        flat = {f"{section}/{key}": value for section in ("reward", "rollout")
+                for key, value in (raw.get(section) or {}).items()
+                if isinstance(value, (int, float, str, bool)) and key != "system_prompt" and not key.startswith("judge")}
+        flat["recipe"] = str(path)
+        return flat
+    return None

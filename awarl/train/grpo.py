@@ -90,7 +90,7 @@ def _check_measured(path: str, lineno: int, measured: dict[str, Any], config: Tr
     diff = config.rollout.mismatch(measured.get("rollout"))
     if diff:
         raise ConfigError(f"{path}, line {lineno}: p_i was measured under other rollout settings than this recipe's "
-                          f"({'; '.join(diff)}; measured vs recipe). {fix}")
+                          f"({'; '.join(diff)}; recipe vs measured). {fix}")
     model = measured.get("model")
     if isinstance(model, str) and not same_checkpoint(model, config.grpo_start()):
         raise ConfigError(f"{path}, line {lineno}: p_i was measured on {model!r}, but GRPO starts from "

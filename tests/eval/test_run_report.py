@@ -152,7 +152,7 @@ def test_interrupted_run_resumes_without_redoing_work(run_dir, prepared, tiny_sf
     other = CliRunner().invoke(app, ["eval", "run", "--model", str(tiny_sft_model_dir), "--data", str(prepared),
                                      "--out", str(resumed), "--scope", "closed", "--topk", "2", "--max-searches", "3",
                                      "--max-completion-tokens", "512"])
-    assert other.exit_code == 1 and "holds a run with other settings (max_searches: 2 vs 3)" in other.output
+    assert other.exit_code == 1 and "holds a run with other settings (max_searches: 2 -> 3)" in other.output
 
 
 def test_report_over_two_runs(run_dir, prepared, tiny_sft_model_dir, tmp_path):

@@ -99,7 +99,7 @@ def test_recipe_and_rollout_settings_are_saved_and_reloaded(tmp_path):
 
     cfg = TrainConfig.from_yaml(TINY_RECIPE, ["rollout.topk=5"])
     cfg.save(tmp_path)
-    assert load_rollout(tmp_path) == cfg.rollout
+    assert load_rollout(tmp_path).resolved() == cfg.rollout.resolved()
     again = TrainConfig.from_yaml(tmp_path / "awarl_recipe.yaml")
     assert again.to_dict() == cfg.to_dict()
     assert cfg.hyperparameters()["reward/gamma"] == 0.5 and cfg.hyperparameters()["rollout/topk"] == 5
@@ -124,7 +124,7 @@ def test_capability_measured_under_other_settings_is_refused(train_files, tmp_pa
     ok = write(cfg.rollout, cfg.grpo_start())
     assert len(load_training_records(ok)) == 40
     other = write(cfg.rollout.replace(passage_words=100), cfg.grpo_start())
-    with pytest.raises(ConfigError, match=r"other rollout settings than this recipe's \(passage_words: 100 vs 30"):
+    with pytest.raises(ConfigError, match=r"other rollout settings than this recipe's \(passage_words: 30 vs 100; recipe vs measured"):
         load_training_records(other)
     base = write(cfg.rollout, "runs/tiny/model")
     with pytest.raises(ConfigError, match="measured on 'runs/tiny/model', but GRPO starts from 'runs/tiny/sft/final'"):

@@ -94,7 +94,7 @@ def test_resolved_recipe_is_saved_beside_the_checkpoints(full_run):
     out, final = full_run
     for folder in (out, final):
         saved = TrainConfig.from_yaml(folder / "awarl_recipe.yaml")
-        assert saved.rollout == load_rollout(folder)
+        assert saved.rollout.resolved() == load_rollout(folder).resolved()
         assert (saved.reward.gamma, saved.rollout.max_completion_tokens) == (0.5, 256)
 
 
@@ -183,3 +183,37 @@ def test_grpo_searches_a_retrieval_server(tiny_sft_model_dir, train_files, tmp_p
     searches = [h["env/searches_per_rollout"] for h in trainer.state.log_history if "env/searches_per_rollout" in h]
     assert searches and searches[0] > 0  # the model searched, and the server answered
     assert trainer.state.log_history[0]["tools/failure_frequency"] == 0
+
+
+def test_capability_training_and_evaluation_describe_one_agent(full_run, tiny_sft_model_dir, train_files, tmp_path):
+    """p_i, GRPO and evaluation run the same agent: each stage reads the recipe's rollout section
+    (`--config`) and records it; read back, the three records are identical."""
+    from typer.testing import CliRunner
+
+    from awarl.agent.settings import load_rollout
+    from awarl.cli import app
+
+    out, final = full_run
+    recipe = out / "awarl_recipe.yaml"
+    few = tmp_path / "records.jsonl"
+    few.write_text("".join(train_files["records"].read_text().splitlines(keepends=True)[:2]))
+    cli = CliRunner()
+    cap = tmp_path / "cap.jsonl"
+    res = cli.invoke(app, ["capability", "estimate", "--config", str(recipe), "--model", str(tiny_sft_model_dir),
+                           "--data", str(few), "--corpus", str(train_files["corpus"]), "--k", "2",
+                           "--out", str(cap), "--device", "cpu", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    res = cli.invoke(app, ["eval", "run", "--config", str(recipe), "--model", str(final), "--data", str(few),
+                           "--corpus", str(train_files["corpus"]), "--out", str(tmp_path / "eval"), "--device", "cpu",
+                           "--no-progress"])
+    assert res.exit_code == 0, res.output
+    trained = load_rollout(final).resolved()
+    measured = [json.loads(line)["capability"]["rollout"] for line in cap.read_text().splitlines()]
+    evaluated = json.loads((tmp_path / "eval" / "run.json").read_text())["rollout"]
+    assert measured == [trained, trained] and evaluated == trained
+    # Evaluating the checkpoint without --config uses the settings saved with it, not the defaults.
+    res = cli.invoke(app, ["eval", "run", "--model", str(final), "--data", str(few), "--corpus",
+                           str(train_files["corpus"]), "--out", str(tmp_path / "eval2"), "--device", "cpu",
+                           "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "eval2" / "run.json").read_text())["rollout"] == trained
