@@ -1,0 +1,468 @@
+"""A seeded synthetic world: fictional people and places, their facts as passages, and 2-hop questions.
+
+It exists so that a laptop can watch AWA-RL work end to end (`awarl demo`): the questions are
+easy enough for a 2-layer model to learn to search for in a few minutes, hard enough that its
+capability p_i spreads between 0 and 1, and a controlled share of them cannot be answered from
+the corpus at all, so abstaining is the right move there.
+
+The world::
+
+    person --born in / lives in--> city --in--> country [--in--> region, when hops = 3]
+
+- Passages: ``"<P> was born in <C>."``, ``"<P> lives in <C>."``, ``"<C> is a city in the country
+  <K>."`` (``"<K> is a country in the region <R>."`` at 3 hops), plus distractor passages about
+  each person (job, hobby) and each place (a landmark).
+- Questions: ``"In which country was <P> born?"`` / ``"Which country does <P> live in?"`` (region
+  at 3 hops). The first hop (find the person's city) must pick the right relation out of the
+  person's passages; the second looks the city up.
+- Unanswerable questions: the ``city -> country`` passage of some cities is left out of the corpus,
+  chosen so that a controlled share of all questions goes through such a city. Their answer is
+  still recorded (the world knows it), but ``answerable`` is false: no passage says it.
+- Splits are disjoint by person: SFT, RL (capability p_i + GRPO) and held-out evaluation.
+
+`write_world` writes MuSiQue's official JSONL (``answerable``, ``paragraphs`` with
+``is_supporting``, ``question_decomposition``), so ``awarl data prepare --dataset musique`` reads
+each split unchanged, plus ``corpus.jsonl`` (every passage, awarl's Passage rows with the ids the
+adapter gives), ``world.json`` (the facts) and a verifier policy over the world's own facts with
+its tests (`policy_yaml`, `policy_tests_yaml`). The vocabulary is a few hundred invented words, so
+a tokenizer trained on `world_texts` holds every name as one token.
+
+This module imports nothing heavy (no torch, no bm25s).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from awarl.data.records import Passage, passage_id, write_jsonl
+from awarl.protocol import ABSTAIN_PHRASE, format_final, tool_call_message, tool_result_message
+
+# Invented single words: short, distinct, pronounceable, none an English word the BM25 stopword
+# list or the SQuAD normaliser would touch.
+FIRST_NAMES = ("Bora", "Kemi", "Talo", "Nuri", "Sela", "Dovo", "Fira", "Gani", "Heli", "Joru", "Kalo", "Lumi",
+               "Mero", "Nava", "Ossi", "Pela", "Rino", "Sudo", "Tevi", "Ulla", "Vero", "Wadi", "Yana", "Zeno")
+LAST_NAMES = ("Kemt", "Lisk", "Morv", "Nast", "Orly", "Pram", "Quel", "Rusk", "Sorn", "Tump", "Vask", "Wilt",
+              "Yost", "Zark", "Bilt", "Crom", "Dusk", "Fenn", "Gorm", "Hask", "Jolt", "Kirn", "Lorn", "Mabb")
+CITIES = ("Tavel", "Umar", "Brisk", "Colda", "Dremm", "Esto", "Falk", "Gilby", "Harn", "Ivra", "Jask", "Kolm",
+          "Lunda", "Mirro", "Nebb", "Orsk", "Pylo", "Quarn", "Rilla", "Sabo", "Tirn", "Ulso", "Varda", "Wemb",
+          "Xalo", "Yorra", "Zumb", "Abro", "Belka", "Cazo", "Dorin", "Elbo", "Fosk", "Gamo", "Hobb", "Illo",
+          "Jerro", "Kapa", "Lobb", "Mosk", "Nilo", "Opra", "Pesk", "Qualo", "Rubo", "Sifa", "Tobb", "Uvva")
+COUNTRIES = ("Morland", "Pelaria", "Quostan", "Ruvia", "Suldor", "Tekara", "Undel", "Vostia", "Wendar",
+             "Xandia", "Yelmar", "Zorvia")
+REGIONS = ("Nortesh", "Sudava", "Estoria", "Wessia")
+JOBS = ("baker", "farmer", "teacher", "doctor", "painter", "sailor", "miner", "singer")
+HOBBIES = ("chess", "fishing", "music", "running", "poetry", "gardening")
+LANDMARKS = ("market", "bridge", "harbor", "tower", "garden", "castle")
+
+PLACE_LEVELS = ("city", "country", "region")
+RELATIONS = ("born", "lives")
+TEMPLATES = {
+    "born": ("In which {level} was {p} born?", "Which {level} was {p} born in?"),
+    "lives": ("In which {level} does {p} live?", "Which {level} does {p} live in?"),
+}
+SPLITS = ("sft", "rl", "eval")
+
+
+class WorldError(ValueError):
+    """Knobs that cannot make a world; the message names the knob and the limit."""
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """The knobs of a world. Defaults make 500 persons, 1,000 questions and ~1,600 passages."""
+
+    persons: int = 500  # corpus size: persons (each has 2 questions); at most 24 x 24
+    cities: int = 36  # at most len(CITIES)
+    countries: int = 8  # at most len(COUNTRIES)
+    hops: int = 2  # 2: person -> city -> country; 3: ... -> region
+    distractors: int = 1  # distractor passages per person (job, hobby) and per place (landmark): 0-2
+    unanswerable_share: float = 0.3  # target share of questions whose city -> country passage is absent
+    split: tuple[float, float, float] = (0.6, 0.24, 0.16)  # share of persons for SFT / RL / held-out eval
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        limits = {"persons": (6, len(FIRST_NAMES) * len(LAST_NAMES)), "cities": (2, len(CITIES)),
+                  "countries": (2, len(COUNTRIES)), "hops": (2, 3), "distractors": (0, 2)}
+        for name, (lo, hi) in limits.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or not lo <= value <= hi:
+                raise WorldError(f"WorldConfig.{name} must be an integer in [{lo}, {hi}], got {value!r}")
+        if not 0.0 <= self.unanswerable_share < 1.0:
+            raise WorldError(f"WorldConfig.unanswerable_share must be in [0, 1), got {self.unanswerable_share}")
+        if len(self.split) != 3 or any(s <= 0 for s in self.split) or abs(sum(self.split) - 1.0) > 1e-6:
+            raise WorldError(f"WorldConfig.split must be three positive shares summing to 1, got {self.split}")
+        if self.countries > self.cities:
+            raise WorldError(f"WorldConfig.countries ({self.countries}) must not exceed cities ({self.cities})")
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: str = "world") -> "WorldConfig":
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise WorldError(f"{where}: unknown knob(s) {unknown}; known: {sorted(known)}")
+        values = dict(raw)
+        if "split" in values:
+            values["split"] = tuple(values["split"])
+        try:
+            return cls(**values)
+        except WorldError as exc:
+            raise WorldError(f"{where}: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["split"] = list(self.split)
+        return out
+
+
+@dataclass(frozen=True)
+class Person:
+    name: str
+    born: str
+    lives: str
+    extras: tuple[str, ...]  # distractor passages' texts
+
+
+@dataclass(frozen=True)
+class Question:
+    """One world question: the chain of places from the person's city to the answer."""
+
+    id: str
+    question: str
+    person: str
+    relation: str  # born | lives
+    chain: tuple[str, ...]  # (city, country[, region])
+    answer: str
+    answerable: bool
+    split: str
+    missing: str | None  # the place whose next-level passage is absent (unanswerable only)
+
+    @property
+    def level(self) -> str:
+        return PLACE_LEVELS[len(self.chain) - 1]
+
+
+@dataclass
+class World:
+    """A generated world: its facts, its passages (keyed by fact) and its questions."""
+
+    config: WorldConfig
+    persons: list[Person]
+    parent: dict[str, str]  # place -> the place one level up (city -> country, country -> region)
+    absent: set[str]  # places whose "is in" passage is not in the corpus
+    passages: list[Passage]
+    fact_passage: dict[tuple[str, str], str]  # (subject, relation) -> passage id ("in" for places)
+    questions: list[Question] = field(default_factory=list)
+    _index: dict[str, Passage] | None = field(default=None, repr=False, compare=False)
+
+    def split(self, name: str) -> list[Question]:
+        if name not in SPLITS:
+            raise WorldError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")
+        return [q for q in self.questions if q.split == name]
+
+    def passage(self, pid: str) -> Passage:
+        if self._index is None:
+            self._index = {p.id: p for p in self.passages}
+        return self._index[pid]
+
+    def by_title(self) -> dict[str, list[str]]:
+        """Passage ids by title (the entity a passage is about), in corpus order."""
+        out: dict[str, list[str]] = {}
+        for p in self.passages:
+            out.setdefault(p.title, []).append(p.id)
+        return out
+
+    def supporting(self, q: Question) -> list[str]:
+        """Ids of the passages that answer ``q``, hop by hop, as far as the corpus has them."""
+        ids = [self.fact_passage[(q.person, q.relation)]]
+        for place in q.chain[:-1]:
+            pid = self.fact_passage.get((place, "in"))
+            if pid is None:
+                break
+            ids.append(pid)
+        return ids
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"persons": len(self.persons), "passages": len(self.passages),
+                               "questions": len(self.questions), "absent_links": sorted(self.absent)}
+        for name in SPLITS:
+            qs = self.split(name)
+            out[name] = {"questions": len(qs), "unanswerable": sum(not q.answerable for q in qs),
+                         "unanswerable_share": round(sum(not q.answerable for q in qs) / max(len(qs), 1), 3)}
+        return out
+
+
+# -- generation ----------------------------------------------------------------------------------------------
+def generate_world(config: WorldConfig = WorldConfig()) -> World:
+    """Build the world of ``config`` (same config, same world, byte for byte)."""
+    rng = random.Random(config.seed)
+    cities = list(CITIES[: config.cities])
+    countries = list(COUNTRIES[: config.countries])
+    regions = list(REGIONS)
+    parent = {c: countries[i % len(countries)] for i, c in enumerate(cities)}
+    if config.hops == 3:
+        parent.update({k: regions[i % len(regions)] for i, k in enumerate(countries)})
+    names = [f"{a} {b}" for a in FIRST_NAMES for b in LAST_NAMES]
+    rng.shuffle(names)
+    persons = []
+    for name in names[: config.persons]:
+        born, lives = rng.sample(cities, 2)
+        extras = (f"{name} works as a {rng.choice(JOBS)}.", f"{name} likes {rng.choice(HOBBIES)}.")
+        persons.append(Person(name, born, lives, extras[: config.distractors]))
+    absent = _choose_absent(persons, cities, config.unanswerable_share, rng)
+
+    builder: dict[str, Passage] = {}
+    fact_passage: dict[tuple[str, str], str] = {}
+
+    def add(title: str, text: str, fact: tuple[str, str] | None = None) -> None:
+        p = Passage(passage_id(title, text), title, text)
+        builder.setdefault(p.id, p)
+        if fact is not None:
+            fact_passage[fact] = p.id
+
+    for p in persons:
+        add(p.name, f"{p.name} was born in {p.born}.", (p.name, "born"))
+        add(p.name, f"{p.name} lives in {p.lives}.", (p.name, "lives"))
+        for text in p.extras:
+            add(p.name, text)
+    for place, up in parent.items():
+        level = "city" if place in cities else "country"
+        if place not in absent:
+            add(place, f"{place} is a {level} in the {PLACE_LEVELS[PLACE_LEVELS.index(level) + 1]} {up}.", (place, "in"))
+        for _ in range(config.distractors):
+            add(place, f"{place} has a famous {rng.choice(LANDMARKS)}.")
+    passages = list(builder.values())
+    rng.shuffle(passages)  # corpus order carries no hint
+
+    n_sft = round(config.split[0] * len(persons))
+    n_rl = round(config.split[1] * len(persons))
+    questions = []
+    for i, p in enumerate(persons):
+        split = "sft" if i < n_sft else "rl" if i < n_sft + n_rl else "eval"
+        for rel in RELATIONS:
+            chain = [getattr(p, rel)]
+            while len(chain) < config.hops:
+                chain.append(parent[chain[-1]])
+            missing = next((c for c in chain[:-1] if c in absent), None)
+            text = rng.choice(TEMPLATES[rel]).format(level=PLACE_LEVELS[config.hops - 1], p=p.name)
+            questions.append(Question(f"world{config.seed}-{i:04d}-{rel}", text, p.name, rel, tuple(chain), chain[-1],
+                                      missing is None, split, missing))
+    return World(config, persons, parent, absent, passages, fact_passage, questions)
+
+
+def _choose_absent(persons: Sequence[Person], cities: list[str], share: float, rng: random.Random) -> set[str]:
+    """Cities whose country passage is left out, so that the share of questions through them is
+    as close as possible to ``share`` (each person asks about two cities)."""
+    load = {c: 0 for c in cities}
+    for p in persons:
+        load[p.born] += 1
+        load[p.lives] += 1
+    total = 2 * len(persons)
+    order = list(cities)
+    rng.shuffle(order)
+    absent: set[str] = set()
+    covered = 0
+    for c in order:
+        if abs(covered + load[c] - share * total) < abs(covered - share * total):
+            absent.add(c)
+            covered += load[c]
+    return absent
+
+
+def record_id(q: Question) -> str:
+    """The id ``awarl data prepare --dataset musique`` gives this question's record."""
+    return q.id if q.answerable else f"{q.id}#unanswerable"
+
+
+# -- gold trajectories ---------------------------------------------------------------------------------------
+def gold_queries(q: Question) -> list[str]:
+    """What a good agent searches: the person with the relation asked about ("Bora Kemt born"), then
+    each place with the next level's name ("Tavel country"). The relation word ranks the person's
+    right passage first, as a keyword query for a real search engine would."""
+    return [f"{q.person} {q.relation}"] + [f"{place} {PLACE_LEVELS[i + 1]}" for i, place in enumerate(q.chain[:-1])]
+
+
+def gold_conversation(world: World, q: Question, search: Callable[[str], str], system_prompt: str | None = None,
+                      *, stop_early: bool = True) -> list[dict]:
+    """The conversation an ideal agent has for ``q`` with the real search tool ``search``: one
+    search per hop, then the cited answer, or the abstain phrase when a hop's fact is absent
+    (the search that should have found it is still made, so the model learns to look first)."""
+    from awarl.protocol import build_messages
+
+    messages = build_messages(q.question, system_prompt)
+    for query in gold_queries(q):
+        messages.append(tool_call_message(query))
+        messages.append(tool_result_message(search(query)))
+        if stop_early and not q.answerable and query.split()[0] == q.missing:
+            break
+    final = format_final(q.answer, world.supporting(q)) if q.answerable else format_final(ABSTAIN_PHRASE)
+    messages.append({"role": "assistant", "content": final})
+    return messages
+
+
+# -- official-format files -----------------------------------------------------------------------------------
+def musique_row(world: World, q: Question, rng: random.Random, extra_paragraphs: int = 4) -> dict[str, Any]:
+    """One MuSiQue JSONL row. Paragraphs: the supporting passages present in the corpus, the
+    person's other passages and a few passages of other places (closed scope searches these)."""
+    support = world.supporting(q)
+    by_title = world.by_title()
+    person_ids = [pid for pid in by_title[q.person] if pid not in support]
+    chain_ids = [pid for place in q.chain for pid in by_title.get(place, []) if pid not in support]
+    pool = [pid for place in world.parent if place not in q.chain for pid in by_title.get(place, [])]
+    others = rng.sample(pool, k=min(extra_paragraphs, len(pool)))
+    ids = list(dict.fromkeys([*support, *person_ids, *chain_ids, *others]))
+    rng.shuffle(ids)
+    paragraphs = [{"idx": i, "title": world.passage(pid).title, "paragraph_text": world.passage(pid).text,
+                   "is_supporting": pid in support} for i, pid in enumerate(ids)]
+    hops = [{"id": i, "question": (f"{q.person} >> {'place of birth' if q.relation == 'born' else 'residence'}" if i == 0
+                                   else f"#{i} >> {PLACE_LEVELS[i]}"),
+             "answer": q.chain[i], "paragraph_support_idx": next((j for j, pid in enumerate(ids) if pid == s), None)}
+            for i, s in enumerate(support)]
+    return {"id": q.id, "paragraphs": paragraphs, "question": q.question, "question_decomposition": hops,
+            "answer": q.answer, "answer_aliases": [], "answerable": q.answerable}
+
+
+def write_world(world: World, folder: str | Path) -> dict[str, Path]:
+    """Write the world: ``{sft,rl,eval}.jsonl`` (MuSiQue JSONL), ``corpus.jsonl``, ``world.json``,
+    ``policy.yaml`` and ``policy.tests.yaml``. Returns the paths by name."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(world.config.seed + 1)
+    paths: dict[str, Path] = {}
+    for name in SPLITS:
+        paths[name] = folder / f"{name}.jsonl"
+        write_jsonl(paths[name], (musique_row(world, q, rng) for q in world.split(name)))
+    paths["corpus"] = folder / "corpus.jsonl"
+    write_jsonl(paths["corpus"], (p.to_dict() for p in world.passages))
+    paths["world"] = folder / "world.json"
+    paths["world"].write_text(json.dumps({
+        "config": world.config.to_dict(), "stats": world.stats(),
+        "persons": [{"name": p.name, "born": p.born, "lives": p.lives} for p in world.persons],
+        "parent": world.parent, "absent": sorted(world.absent)}, indent=1) + "\n", encoding="utf-8")
+    paths["policy"] = folder / "policy.yaml"
+    paths["policy"].write_text(policy_yaml(world), encoding="utf-8")
+    paths["policy_tests"] = folder / "policy.tests.yaml"
+    paths["policy_tests"].write_text(policy_tests_yaml(world), encoding="utf-8")
+    return paths
+
+
+def world_texts(world: World, system_prompt: str | None = None) -> list[str]:
+    """Every string a model in this world reads or writes (to train a tokenizer on)."""
+    texts = [f"{p.title}: {p.text}" for p in world.passages]
+    for q in world.questions:
+        texts.append(q.question)
+        texts += [json.dumps({"name": "search", "arguments": {"query": s}}) for s in gold_queries(q)]
+        texts.append(format_final(q.answer))
+    texts.append(format_final(ABSTAIN_PHRASE))
+    if system_prompt:
+        texts.append(system_prompt)
+    return texts
+
+
+# -- verifier policy -----------------------------------------------------------------------------------------
+def policy_yaml(world: World) -> str:
+    """A verifier policy (configs/policies format) over the world's facts, as the corpus states them.
+
+    Premises come from the question (which relation it asks about) and from the cited passages
+    (``born in <C>``, ``lives in <C>``); the claim is the place the answer names. Rules map each
+    city to its country (only links the corpus holds: an answer about a city whose country no
+    passage states can be SATISFIABLE at best, never VALID) and the asked relation to the answer.
+    """
+    import yaml
+
+    cfg = world.config
+    top = PLACE_LEVELS[cfg.hops - 1]
+    levels = PLACE_LEVELS[: cfg.hops]
+    places = {lvl: sorted({c for c in world.parent if _level(world, c) == lvl} |
+                          ({v for v in world.parent.values() if _level(world, v) == lvl})) for lvl in levels}
+    types = [{"name": "Relation", "description": "What the question asks about the person.",
+              "values": [{"value": "birth", "description": "where the person was born"},
+                         {"value": "residence", "description": "where the person lives"}]}]
+    for lvl in levels:
+        types.append({"name": lvl.capitalize(), "description": f"A {lvl} of the world.",
+                      "values": [{"value": v, "description": f"the {lvl} {v}"} for v in places[lvl]]})
+    variables: list[dict[str, Any]] = [{
+        "name": "asked", "type": "Relation", "role": "premise",
+        "description": "Which of the person's places the question asks about.",
+        "patterns": [{"regex": rf"\b{top} (?:was|is) .+ born\b", "value": "birth"},
+                     {"regex": rf"\b{top} (?:does|do) .+ live\b", "value": "residence"}]}]
+    for rel, var, verb in (("birth", "birth", "born in"), ("residence", "home", "lives in")):
+        variables.append({"name": f"{var}_city", "type": "City", "role": "premise",
+                          "description": f"The city of the person's {rel}, as a cited passage states it.",
+                          "patterns": [{"regex": rf"\b{verb} {c}\b", "value": c} for c in places["city"]]})
+        for lvl in levels[1:]:
+            variables.append({"name": f"{var}_{lvl}", "type": lvl.capitalize(), "role": "any",
+                              "description": f"The {lvl} of the person's {rel} (follows from the city).",
+                              "patterns": []})
+    variables.append({"name": f"answer_{top}", "type": top.capitalize(), "role": "claim",
+                      "description": f"The {top} the answer names.",
+                      "patterns": [{"regex": rf"\b{v}\b", "value": v} for v in places[top]]})
+    rules = []
+    for place, up in sorted(world.parent.items()):
+        if place in world.absent:
+            continue
+        lvl = _level(world, place)
+        nxt = PLACE_LEVELS[PLACE_LEVELS.index(lvl) + 1]
+        for var in ("birth", "home"):
+            rules.append({"id": f"{var}_{place}_{nxt}".lower(),
+                          "expression": f"(=> (= {var}_{lvl} {place}) (= {var}_{nxt} {up}))",
+                          "description": f"{place} is a {lvl} in the {nxt} {up}."})
+    rules.append({"id": "answer_birth", "expression": f"(=> (= asked birth) (= answer_{top} birth_{top}))",
+                  "description": f"A question about where the person was born is answered by the {top} of the birth city."})
+    rules.append({"id": "answer_residence", "expression": f"(=> (= asked residence) (= answer_{top} home_{top}))",
+                  "description": f"A question about where the person lives is answered by the {top} of the home city."})
+    header = (f"# Verifier policy of the synthetic world (seed {cfg.seed}, {cfg.hops} hops), written by awarl.data.world.\n"
+              "# Premises: the question (which relation) and the cited passages (born in / lives in a city);\n"
+              f"# claim: the {top} the answer names. Check: awarl verify check --policy policy.yaml "
+              "--question '<question + cited passages>' --answer '<answer>'\n")
+    body = {"version": "1.0", "types": types, "variables": variables, "rules": rules}
+    return header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=200)
+
+
+def _level(world: World, place: str) -> str:
+    if place in CITIES:
+        return "city"
+    if place in COUNTRIES:
+        return "country"
+    return "region"
+
+
+def evidence_text(world: World, q: Question) -> str:
+    """The question followed by the text of its supporting passages (what a cited answer shows)."""
+    return " ".join([q.question, *(world.passage(pid).text for pid in world.supporting(q))])
+
+
+def policy_tests_yaml(world: World, n: int = 4) -> str:
+    """Policy tests (``awarl verify test``): for a few held-out answerable questions, the right
+    answer with its evidence is VALID, a wrong place INVALID; an answer about a city whose link is
+    absent is SATISFIABLE; an abstention translates to nothing."""
+    import yaml
+
+    top = PLACE_LEVELS[world.config.hops - 1]
+    tops = sorted({q.answer for q in world.questions})
+    tests = []
+    answerable = [q for q in world.questions if q.answerable]
+    for q in answerable[:: max(1, len(answerable) // n)][:n]:
+        wrong = next(t for t in tops if t != q.answer)
+        ev = evidence_text(world, q)
+        tests.append({"name": f"{q.id}: right {top}", "question": ev, "answer": q.answer, "expected": "VALID"})
+        tests.append({"name": f"{q.id}: wrong {top}", "question": ev, "answer": wrong, "expected": "INVALID"})
+    unanswerable = [q for q in world.questions if not q.answerable]
+    if unanswerable:
+        q = unanswerable[0]
+        tests.append({"name": f"{q.id}: {top} of a city the corpus does not place", "question": evidence_text(world, q),
+                      "answer": q.answer, "expected": "SATISFIABLE"})
+    q = answerable[0]
+    tests.append({"name": f"{q.id}: an abstention claims nothing", "question": evidence_text(world, q),
+                  "answer": ABSTAIN_PHRASE, "expected": "NO_TRANSLATIONS"})
+    header = "# Tests of policy.yaml (awarl verify test policy.yaml), written by awarl.data.world.\n"
+    return header + yaml.safe_dump({"tests": tests}, sort_keys=False, allow_unicode=True, width=200)
+
+
+__all__ = ["WorldConfig", "World", "Question", "Person", "WorldError", "generate_world", "write_world",
+           "gold_queries", "gold_conversation", "world_texts", "policy_yaml", "policy_tests_yaml", "evidence_text",
+           "musique_row", "record_id", "SPLITS"]
