@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,11 +28,20 @@ RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
 class RetriesExhausted(BackendError):
-    """A retryable failure (timeout, connection error, 408/409/429/5xx) lasted through every attempt."""
+    """A retryable failure (timeout, connection error, 408/409/429/5xx) lasted through every attempt.
+    ``reason`` is a short category: ``timeout``, ``connection`` or ``http_<status>``."""
 
-    def __init__(self, message: str, *, attempts: int, last_error: str) -> None:
+    def __init__(self, message: str, *, attempts: int, last_error: str, reason: str = "unknown") -> None:
         super().__init__(message)
-        self.attempts, self.last_error = attempts, last_error
+        self.attempts, self.last_error, self.reason = attempts, last_error, reason
+
+
+class RequestRejected(BackendError):
+    """The server refused the request with a status that retrying cannot fix (a 4xx other than 408/409/429)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status, self.reason = status, f"http_{status}"
 
 
 class OpenAIChatGenerator:
@@ -46,6 +56,9 @@ class OpenAIChatGenerator:
         backoff: first retry delay in seconds; doubles each retry (with jitter), capped at 30 s.
         concurrency: most requests in flight at once.
         check: contact the server at construction, so an unreachable endpoint fails early and clearly.
+        extra_body: fields added to every request body (e.g. ``{"response_format": {"type": "json_object"}}``).
+
+    ``requests`` and ``retries`` count the HTTP attempts made over the client's lifetime.
     """
 
     accepts: Literal["messages"] = "messages"
@@ -64,10 +77,14 @@ class OpenAIChatGenerator:
         backoff: float = 0.5,
         concurrency: int = 8,
         check: bool = True,
+        extra_body: dict[str, Any] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.base_url = base_url.rstrip("/")
+        self.extra_body = dict(extra_body or {})
+        self.requests = self.retries = 0
+        self._count = threading.Lock()
         self.max_retries, self.backoff, self.concurrency = max_retries, backoff, concurrency
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -141,6 +158,7 @@ class OpenAIChatGenerator:
         if prompt.tools:
             payload["tools"] = [{"type": "function", "function": schema} for schema in prompt.tools]
             payload["tool_choice"] = "auto"
+        payload.update(self.extra_body)
         return payload
 
     def _generation(self, body: dict[str, Any], choice: Any, usage: dict[str, Any]) -> Generation:
@@ -161,29 +179,33 @@ class OpenAIChatGenerator:
     def _request(self, method: str, path: str, retries: int | None = None, **kwargs: Any) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
         retries = self.max_retries if retries is None else retries
-        last = ""
+        last, reason = "", "unknown"
         for attempt in range(retries + 1):
             retry_after: float | None = None
+            with self._count:
+                self.requests += 1
+                self.retries += attempt > 0
             try:
                 response = self._client.request(method, path, **kwargs)
             except httpx.TimeoutException as exc:
-                last = f"timed out ({type(exc).__name__})"
+                last, reason = f"timed out ({type(exc).__name__})", "timeout"
             except httpx.TransportError as exc:
-                last = f"cannot connect ({exc})"
+                last, reason = f"cannot connect ({exc})", "connection"
             else:
                 if response.status_code < 400:
                     try:
                         return response.json()
                     except ValueError:
                         raise BackendError(f"{method} {url} returned non-JSON: {response.text[:300]!r}") from None
-                last = f"HTTP {response.status_code}: {response.text[:300]}"
+                last, reason = f"HTTP {response.status_code}: {response.text[:300]}", f"http_{response.status_code}"
                 if response.status_code not in RETRY_STATUS:
-                    raise BackendError(f"{method} {url} failed with {last}")
+                    raise RequestRejected(f"{method} {url} failed with {last}", status=response.status_code)
                 retry_after = _retry_after(response)
             if attempt < retries:
                 delay = retry_after if retry_after is not None else self.backoff * 2**attempt * (1 + random.random())
                 time.sleep(min(delay, 30.0))
-        raise RetriesExhausted(f"{method} {url} failed after {retries + 1} attempts: {last}", attempts=retries + 1, last_error=last)
+        raise RetriesExhausted(f"{method} {url} failed after {retries + 1} attempts: {last}", attempts=retries + 1,
+                               last_error=last, reason=reason)
 
     def close(self) -> None:
         self._client.close()

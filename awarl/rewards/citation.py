@@ -9,15 +9,14 @@ get None (no citation term). Which passages are *needed* comes from a judge:
   any supporting passage (e.g. an unanswerable one) is not judged;
 - `LLMJudge`: an OpenAI-compatible chat endpoint (a vLLM server, a hosted API) reads the
   question, the answer and the passages the agent saw or cited, and names the needed ones as
-  strict JSON ``{"needed": [ids]}``. Requests run concurrently (bounded), with timeouts,
-  retries with exponential backoff on timeouts / connection errors / 429 / 5xx, and a cache keyed
-  by a hash of the judged content. A judgment that fails is None: excluded from the reward,
+  strict JSON ``{"needed": [ids]}``, through `awarl.llm.openai_chat` (concurrent, bounded, with
+  timeouts and retries with exponential backoff on timeouts / connection errors / 408 / 409 / 429 /
+  5xx), and a cache keyed by a hash of the judged content. A judgment that fails is None: excluded from the reward,
   never scored 0, and counted in ``cite/judge_failures``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import hashlib
 import json
@@ -31,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 
 from awarl.agent.settings import RolloutSettings
 from awarl.data.records import Passage
@@ -168,7 +166,9 @@ class JudgeCache:
 
 
 class LLMJudge:
-    """Citation judge backed by an OpenAI-compatible ``/chat/completions`` endpoint."""
+    """Citation judge backed by an OpenAI-compatible ``/chat/completions`` endpoint, through awarl's one
+    HTTP chat client (`awarl.llm.openai_chat.OpenAIChatGenerator`: timeouts, retries with backoff on
+    timeouts / connection errors / 408 / 409 / 429 / 5xx, bounded concurrency)."""
 
     name = "llm"
 
@@ -177,12 +177,27 @@ class LLMJudge:
                  cache_path: str | Path | None = None, json_mode: bool = True, max_passage_chars: int = 1500):
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.api_key = model, api_key
+        self.base_url, self.model, self.api_key = base_url, model, api_key
         self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
         self.concurrency, self.json_mode, self.max_passage_chars = concurrency, json_mode, max_passage_chars
         self.cache = JudgeCache(cache_path)
         self.stats = JudgeStats()
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The HTTP chat client, made on first use (and again after unpickling)."""
+        if self._client is None:
+            from awarl.llm.openai_chat import OpenAIChatGenerator
+
+            self._client = OpenAIChatGenerator(
+                self.base_url, self.model, api_key=self.api_key or "", timeout=self.timeout_s,
+                max_retries=self.max_retries, backoff=self.backoff_s, concurrency=self.concurrency, check=False,
+                extra_body={"response_format": {"type": "json_object"}} if self.json_mode else None)
+        return self._client
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None}
 
     def messages(self, req: JudgeRequest) -> list[dict[str, str]]:
         """The judge's prompt. It leaves out which passages were cited, and lists passages in id
@@ -198,11 +213,8 @@ class LLMJudge:
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
     def judge_many(self, requests: Sequence[JudgeRequest]) -> list[CitationJudgment | None]:
-        """Judge a batch (blocking); None where the judgment failed."""
-        return _run_sync(self.ajudge_many(requests))
-
-    async def ajudge_many(self, requests: Sequence[JudgeRequest]) -> list[CitationJudgment | None]:
-        """Judge a batch concurrently (at most ``concurrency`` requests in flight)."""
+        """Judge a batch (blocking; safe from async code too): cached judgments first, then one request per
+        distinct uncached prompt, at most ``concurrency`` in flight. None where the judgment failed."""
         results: list[CitationJudgment | None] = [None] * len(requests)
         pending: dict[str, list[int]] = {}
         for i, req in enumerate(requests):
@@ -218,59 +230,36 @@ class LLMJudge:
                 pending.setdefault(key, []).append(i)
         if not pending:
             return results
-        semaphore = asyncio.Semaphore(self.concurrency)
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        async with httpx.AsyncClient(headers=headers, timeout=self.timeout_s, limits=limits) as client:
-            keys = list(pending)
-            outcomes = await asyncio.gather(
-                *(self._judge_one(client, semaphore, requests[pending[k][0]]) for k in keys),
-                return_exceptions=True)
+        keys = list(pending)
+        client = self.client
+        before = (client.requests, client.retries)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(self.concurrency, len(keys))) as pool:
+            outcomes = list(pool.map(self._judge_one, [requests[pending[k][0]] for k in keys]))
+        self.stats.requests += client.requests - before[0]
+        self.stats.retries += client.retries - before[1]
         for key, outcome in zip(keys, outcomes):
             if isinstance(outcome, JudgeFailure):
                 self.stats.failures[outcome.reason] += len(pending[key])
                 log.warning("citation judge failed (%s) for %d rollout(s): %s", outcome.reason,
                             len(pending[key]), outcome.detail)
                 continue
-            if isinstance(outcome, BaseException):
-                raise outcome
             self.cache.put(key, json.dumps(outcome))
             for i in pending[key]:
                 results[i] = coverage_redundancy(requests[i].cited, outcome)
         return results
 
-    async def _judge_one(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore,
-                         req: JudgeRequest) -> list[str]:
-        body: dict[str, Any] = {"model": self.model, "messages": self.messages(req), "temperature": 0.0,
-                                "max_tokens": 256}
-        if self.json_mode:
-            body["response_format"] = {"type": "json_object"}
-        content = await self._post(client, semaphore, body)
-        return parse_needed(content, [p.id for p in req.passages])
+    def _judge_one(self, req: JudgeRequest) -> list[str] | JudgeFailure:
+        from awarl.llm.base import BackendError, ChatPrompt, SamplingParams
 
-    async def _post(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, body: dict[str, Any]) -> str:
-        last = JudgeFailure("unknown")
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                self.stats.retries += 1
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))  # outside the semaphore
-            try:
-                async with semaphore:
-                    self.stats.requests += 1
-                    resp = await client.post(self.url, json=body)
-            except httpx.TimeoutException as err:
-                last = JudgeFailure("timeout", f"{self.url} did not answer in {self.timeout_s}s ({type(err).__name__})")
-                continue
-            except httpx.TransportError as err:
-                last = JudgeFailure("connection", f"{self.url}: {err!r}")
-                continue
-            if resp.status_code == 429 or resp.status_code >= 500:
-                last = JudgeFailure(f"http_{resp.status_code}", f"{self.url}: {resp.text[:200]}")
-                continue
-            if resp.status_code >= 400:
-                raise JudgeFailure(f"http_{resp.status_code}", f"{self.url}: {resp.text[:200]}")
-            return _message_content(resp)
-        raise JudgeFailure(last.reason, f"gave up after {self.max_retries + 1} attempts: {last.detail}")
+        try:
+            [gen] = self.client.generate([ChatPrompt(self.messages(req))],
+                                         SamplingParams(temperature=0.0, max_new_tokens=256))
+            return parse_needed(gen.text, [p.id for p in req.passages])
+        except JudgeFailure as failure:
+            return failure
+        except BackendError as err:  # reason: timeout, connection, http_<status>; else a malformed body
+            return JudgeFailure(getattr(err, "reason", "malformed"), str(err)[:300])
+
 
 def parse_needed(content: str, candidate_ids: Sequence[str]) -> list[str]:
     """Strictly parse the judge's reply: a JSON object whose ``needed`` is a list of candidate ids.
@@ -291,27 +280,6 @@ def parse_needed(content: str, candidate_ids: Sequence[str]) -> list[str]:
     if unknown:
         raise JudgeFailure("malformed", f"reply names passages that were not shown: {unknown[:5]}")
     return list(dict.fromkeys(needed))
-
-
-def _message_content(resp: httpx.Response) -> str:
-    try:
-        content = resp.json()["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError) as err:
-        raise JudgeFailure("malformed", f"not a chat.completion response ({type(err).__name__}): "
-                                        f"{resp.text[:160]!r}") from None
-    if not isinstance(content, str):
-        raise JudgeFailure("malformed", f"message content is {type(content).__name__}, not text")
-    return content
-
-
-def _run_sync(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, even when this thread already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 class CitationReward:
