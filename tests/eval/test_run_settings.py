@@ -1,0 +1,60 @@
+"""Evaluation run folders pin their settings only once a question has finished: a start that failed
+(a wrong model path) must not block the corrected rerun; a folder with finished questions refuses
+other rollout settings. A scripted chat backend stands in for the model (no weights needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from awarl.agent.settings import RolloutSettings
+from awarl.data.records import DataError, write_jsonl
+from awarl.eval.run import EvalConfig, run_eval
+from awarl.llm.base import BackendError, Generation
+
+
+class AnswerParis:
+    """A chat backend that answers every question at once, citing nothing."""
+
+    accepts, tokenizer, eos_token_ids, max_model_len, name = "messages", None, [], None, "scripted"
+
+    def generate(self, prompts, params):
+        return [Generation(text="<answer>Paris</answer>", message={"role": "assistant",
+                                                                    "content": "<answer>Paris</answer>"},
+                           prompt_tokens=10, completion_tokens=5) for _ in prompts]
+
+    def close(self):
+        pass
+
+
+@pytest.fixture()
+def data(tmp_path):
+    records = [{"id": f"q{i}", "question": f"capital {i}?", "answers": ["Paris"], "dataset": "toy",
+                "passages": ["d1"], "supporting": ["d1"]} for i in range(3)]
+    write_jsonl(tmp_path / "data" / "records.jsonl", records)
+    write_jsonl(tmp_path / "data" / "corpus.jsonl", [{"id": "d1", "title": "Paris", "text": "Paris is in France."}])
+    return tmp_path / "data" / "records.jsonl"
+
+
+def test_failed_start_does_not_block_the_corrected_rerun(data, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(BackendError):
+        run_eval(EvalConfig(model=str(tmp_path / "no-such-model"), data=data, out=out,
+                            rollout=RolloutSettings(topk=5)), progress=False)
+    fixed = EvalConfig(model="scripted", data=data, out=out, rollout=RolloutSettings(topk=2))
+    result = run_eval(fixed, backend=AnswerParis(), progress=False)
+    assert result.evaluated == 3 and result.metrics["macro"]["accuracy"] == 1.0
+    assert json.loads((out / "run.json").read_text())["rollout"]["topk"] == 2
+
+
+def test_finished_questions_pin_the_rollout_settings(data, tmp_path):
+    out = tmp_path / "run"
+    run_eval(EvalConfig(model="scripted", data=data, out=out, rollout=RolloutSettings(topk=2)),
+             backend=AnswerParis(), progress=False)
+    with pytest.raises(DataError, match=r"other settings \(topk: 2 -> 4\)"):
+        run_eval(EvalConfig(model="scripted", data=data, out=out, rollout=RolloutSettings(topk=4)),
+                 backend=AnswerParis(), progress=False)
+    again = run_eval(EvalConfig(model="scripted", data=data, out=out, rollout=RolloutSettings(topk=2)),
+                     backend=AnswerParis(), progress=False)
+    assert (again.evaluated, again.skipped) == (0, 3)
