@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.agent.settings import RolloutSettings
-from awarl.data.records import DataError, Passage, QARecord, load_corpus
+from awarl.data.records import DataError, Passage, QARecord
 from awarl.search.retriever import SCOPES, Retriever
 
 log = logging.getLogger(__name__)
@@ -30,22 +30,20 @@ def resolve_retriever(
     passages: Sequence[Passage] | None = None,
 ) -> Retriever:
     """The retriever a run searches: the one given (index folder, corpus.jsonl, or server URL), else
-    the ``corpus.jsonl`` beside ``data``, else the data file's own passages. Index folders and URLs
-    open through `awarl.search.client.open_retriever`, the one opener every stage uses."""
+    the ``corpus.jsonl`` beside ``data``, else the data file's own passages. Each opens through
+    `awarl.search.client.open_retriever`, the one opener every stage uses."""
     given = [name for name, value in (("index", index), ("corpus", corpus), ("url", url)) if value]
     if len(given) > 1:
         raise ValueError(f"give one of index, corpus or url, not {' and '.join(given)}")
-    if index or url:
-        from awarl.search.client import open_retriever
+    from awarl.search.client import open_retriever
 
-        return open_retriever(str(index or url))
-    from awarl.search.bm25 import BM25Index
-
-    if corpus is None and data is not None and (Path(data).parent / "corpus.jsonl").exists():
+    if corpus is None and not (index or url) and data is not None and (Path(data).parent / "corpus.jsonl").exists():
         corpus = Path(data).parent / "corpus.jsonl"
-    if corpus is not None:
-        return BM25Index.build(load_corpus(corpus))
+    if index or url or corpus:
+        return open_retriever(str(index or url or corpus))
     if passages:
+        from awarl.search.bm25 import BM25Index
+
         return BM25Index.build(list(passages))
     raise DataError(data or "run settings", "-", "no passages to search: pass --index DIR, --corpus corpus.jsonl "
                     "or --retriever-url URL")
