@@ -337,6 +337,7 @@ def estimate_command(
     Run it on the checkpoint GRPO starts from, with --config the training recipe, so that p_i describes the agent training shapes (the rows record the settings; `awarl train grpo` refuses others).
     """
     from awarl.llm.base import BackendError
+    from awarl.search.retriever import SearchError
 
     try:
         config = CapabilityConfig(
@@ -345,7 +346,7 @@ def estimate_command(
             **retrieval,
         )
         result = estimate(config, progress=not no_progress)
-    except (DataError, BackendError, ValueError) as exc:
+    except (DataError, BackendError, SearchError, ValueError) as exc:
         fail(exc)
     rate = result.rollouts / result.seconds if result.seconds else 0.0
     typer.echo(f"{result.estimated} queries estimated ({result.rollouts} rollouts, {rate:.2f} rollouts/s), "

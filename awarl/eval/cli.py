@@ -81,13 +81,14 @@ def run_command(
     """
     from awarl.eval.run import EvalConfig, run_eval
     from awarl.llm.base import BackendError
+    from awarl.search.retriever import SearchError
 
     try:
         config = EvalConfig(model=model, data=data, out=out, rollout=rollout, dataset=dataset, name=name, limit=limit,
                             temperature=temperature, max_concurrent=concurrency, backend_options=backend_options,
                             **retrieval)
         result = run_eval(config, progress=not no_progress)
-    except (DataError, BackendError, ValueError) as exc:
+    except (DataError, BackendError, SearchError, ValueError) as exc:
         fail(exc)
     m = result.metrics["macro"]
     typer.echo(f"{result.evaluated} questions run, {result.skipped} already done -> {result.out}")
