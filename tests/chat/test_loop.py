@@ -250,3 +250,20 @@ def test_translation_ambiguous_uses_its_template_with_the_readings(tmp_path):
     prompt = kinds(gen, "rewrite")[0]
     assert "reading 1" in prompt and "discount_percent" in prompt
     assert t.badge.value == "VALID" and t.rewrites == 1
+
+
+def test_a_bedrock_policy_json_is_served(make_manager, tmp_path):
+    """A policy exported from Bedrock loads as is; without awarl's patterns the offline translator reads
+    nothing, and the answer is honestly 'not validated' (an LLM translator would translate it)."""
+    import json as _json
+
+    from awarl.verify.policy import load_policy
+
+    from .conftest import PRICING
+
+    exported = tmp_path / "pricing.bedrock.json"
+    exported.write_text(_json.dumps({"policyDefinition": load_policy(PRICING).to_definition()}))
+    m = make_manager(None, policy=str(exported))
+    assert m.config()["policy"] == "pricing.bedrock"
+    t = m.wait(m.submit(GOLD_80, "You get 10% off.").id)
+    assert t["status"] == "COMPLETED" and t["badge"] == "NOT_VALIDATED" and t["policy_version"] == "1.0"
