@@ -124,7 +124,8 @@ class _Linter:
             # A condition true in some model of all the rules can fire: clear those in bulk.
             left = self.cleared_by_models(self.s, self.lits, candidates, "never_fires", total)
         except _OutOfTime as exc:
-            self.too_complex(f"{len(exc.open)} rule(s) not checked for never firing ({exc.why})", [self.ids[i] for i in exc.open])
+            why = "" if self.out_of_budget() else f" ({exc.why})"
+            self.too_complex(f"{len(exc.open)} rule(s) not checked for never firing{why}", [self.ids[i] for i in exc.open])
             return set()
         dead: set[int] = set()
         for k, i in enumerate(left):

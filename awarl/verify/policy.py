@@ -500,6 +500,8 @@ def policy_from_dict(data: Any, source: str = "<policy>") -> Policy:
     ``foo: 1``) is an error naming what is missing."""
     if isinstance(data, Mapping) and isinstance(data.get("policyDefinition"), Mapping):
         data = data["policyDefinition"]
+    if data is None:
+        raise PolicyError(source, "file", "not a policy: the file is empty")
     if not isinstance(data, Mapping):
         raise PolicyError(source, "file", f"not a policy: expected a mapping with {', '.join(_DEFINITION_KEYS)}, got {type(data).__name__}")
     missing = [k for k in ("variables", "rules") if k not in data]

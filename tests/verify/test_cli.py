@@ -114,3 +114,62 @@ def test_verify_package_imports_without_torch():
             "awarl.verify.lint, awarl.verify.policy_tests; assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("foo: 1\n", "not a policy: missing 'variables' and 'rules'; found 'foo'"),
+        ("", "not a policy: the file is empty"),
+        ("- a\n- b\n", "not a policy: expected a mapping"),
+        ((POLICIES / "corrections.yaml").read_text(encoding="utf-8"), "not a policy: missing 'variables' and 'rules'; found 'corrections' (this looks like a corrections file)"),
+        ((POLICIES / "pricing.tests.yaml").read_text(encoding="utf-8"), "not a policy: missing 'variables' and 'rules'; found 'tests' (this looks like a policy tests file)"),
+        ("variables: [{name: a, type: bool}]\n", "not a policy: missing 'rules'; found 'variables'"),
+    ],
+)
+def test_lint_refuses_files_that_are_not_policies(runner, tmp_path, text, problem):
+    path = tmp_path / "some.yaml"
+    path.write_text(text, encoding="utf-8")
+    out = runner.invoke(app, ["verify", "lint", str(path)])
+    assert out.exit_code == 2, out.output
+    assert f"{path}: {problem}" in " ".join(out.output.split()), out.output
+    assert "issue(s)" not in out.output
+
+
+def test_lint_and_check_name_unreadable_files(runner, tmp_path):
+    latin = tmp_path / "latin.yaml"
+    text = "variables: [{name: a, type: bool, description: 'caf\xe9'}]\n"
+    latin.write_bytes(text.encode("latin-1"))
+    out = runner.invoke(app, ["verify", "lint", str(latin)])
+    assert out.exit_code == 2 and f"{latin}, byte {text.index(chr(0xe9))}: not UTF-8 text (byte 0xe9)" in " ".join(out.output.split())
+    out = runner.invoke(app, ["verify", "check", "--policy", str(tmp_path), "--claim", "a"])
+    assert out.exit_code == 2 and "is a folder" in out.output
+    out = runner.invoke(app, ["verify", "lint", str(tmp_path / "missing.yaml")])
+    assert out.exit_code == 2 and "missing.yaml: file not found" in " ".join(out.output.split())
+
+
+def test_lint_budget_reports_unfinished_work_and_exits_0(runner, tmp_path):
+    from .test_limits import big_policy
+
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(big_policy(600)), encoding="utf-8")
+    out = runner.invoke(app, ["verify", "lint", str(path), "--budget", "0.5", "--json"])
+    assert out.exit_code == 0, out.output
+    issues = json.loads(out.stdout)["issues"]
+    assert any(i["kind"] == "too_complex" and i["severity"] == "warning" for i in issues)
+    assert "lint: consistency" in out.stderr  # progress is on stderr, never mixed into the JSON
+    human = runner.invoke(app, ["verify", "lint", str(path), "--budget", "0.5", "--no-progress"])
+    assert "lint incomplete" in human.stdout and human.stderr == ""
+
+
+def test_test_accepts_the_tests_file_or_the_policy(runner, tmp_path):
+    by_tests = runner.invoke(app, ["verify", "test", str(POLICIES / "pricing.tests.yaml"), "--json"])
+    by_policy = runner.invoke(app, ["verify", "test", PRICING, "--json"])
+    assert by_tests.exit_code == 0, by_tests.output
+    assert json.loads(by_tests.output) == json.loads(by_policy.output)
+    lonely = tmp_path / "orphan.tests.yaml"
+    lonely.write_text((POLICIES / "pricing.tests.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    out = runner.invoke(app, ["verify", "test", str(lonely)])
+    assert out.exit_code == 2 and "is a tests file, and no policy is beside it (looked for orphan.yaml" in " ".join(out.output.split())
+    out = runner.invoke(app, ["verify", "test", PRICING, "--tests", PRICING])
+    assert out.exit_code == 2 and "this looks like a policy" in out.output
