@@ -17,6 +17,7 @@ from awarl import __version__
 from awarl.capability import app as capability_app
 from awarl.chat.cli import audit_app, chat_app
 from awarl.data.cli import app as data_app
+from awarl.demo import demo_command
 from awarl.eval.cli import app as eval_app
 from awarl.search.cli import index_app, search_app
 from awarl.train.cli import app as train_app
@@ -39,6 +40,7 @@ app.add_typer(train_app, name="train", help="SFT cold start and AWA-RL GRPO trai
 app.add_typer(verify_app, name="verify", help="Automated-reasoning and citation checks.")
 app.add_typer(chat_app, name="chat", help="Serve the verify-and-rewrite chatbot (REST API + web UI).")
 app.add_typer(audit_app, name="audit", help="Verify the chatbot's hash-chained audit log.")
+app.command("demo", help="AWA-RL end to end on a synthetic world, on a laptop CPU (start here).")(demo_command)
 app.command("sweep", help="Run one training per courage factor gamma, then report.")(sweep_command)
 app.command("export", help="Export a trained checkpoint (merging LoRA adapters).")(export_command)
 

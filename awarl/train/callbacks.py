@@ -273,6 +273,9 @@ class quiet_terminal:
         os.dup2(self._log.fileno(), 1)
         os.dup2(self._log.fileno(), 2)
         self.terminal = os.fdopen(os.dup(self._saved[1]), "w", buffering=1, encoding="utf-8")
+        # Also the Python-level streams, for hosts where they are not fds 1/2 (notebooks, test capture).
+        self._streams = (sys.stdout, sys.stderr)
+        sys.stdout = sys.stderr = self._log
         return self.terminal
 
     def __exit__(self, *exc: object) -> None:
@@ -280,6 +283,7 @@ class quiet_terminal:
 
         sys.stdout.flush()
         sys.stderr.flush()
+        sys.stdout, sys.stderr = self._streams
         os.dup2(self._saved[0], 1)
         os.dup2(self._saved[1], 2)
         for fd in self._saved:

@@ -13,12 +13,16 @@ A randomly initialised model never calls the tool, so `warm_start_on_samples` ru
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+ANSWER_TOKENS = ["<answer>", "</answer>"]
+"""Added as whole tokens: left to BPE, ``>`` merges into the next word (``>Ruvia``) and the model
+has to learn every name twice."""
 
 
 @dataclass(frozen=True)
@@ -35,9 +39,11 @@ class TinyShape:
 
 
 def protocol_texts() -> list[str]:
-    """Strings the tokenizer must handle well whatever the corpus: template, prompt, tool calls."""
+    """Strings the tokenizer must handle well whatever the corpus: the chat template's fixed text,
+    the system prompt, the search tool's schema as the template renders it, tool calls."""
     from trl.chat_template_utils import qwen2_5_chat_template
 
+    from awarl.agent.env import tool_schema
     from awarl.protocol import ABSTAIN_PHRASE, SYSTEM_PROMPT
 
     call = json.dumps({"name": "search", "arguments": {"query": "who wrote Hamlet"}})
@@ -46,14 +52,22 @@ def protocol_texts() -> list[str]:
         SYSTEM_PROMPT,
         f"<tool_call>\n{call}\n</tool_call>",
         f"<answer>{ABSTAIN_PHRASE}</answer>",
-        '{"type": "function", "function": {"name": "search", "description": "Search", "parameters": '
-        '{"type": "object", "properties": {"query": {"type": "string", "description": "query"}}, "required": ["query"]}}}',
+        json.dumps(tool_schema()),
+        "You may call one or more functions to assist with the user query.",
     ] * 20
 
 
-def build_tiny_model(out_dir: str | Path, texts: Iterable[str], shape: TinyShape = TinyShape(), seed: int = 0) -> Path:
+def build_tiny_model(out_dir: str | Path, texts: Iterable[str], shape: TinyShape = TinyShape(), seed: int = 0,
+                     *, system_prompts: Sequence[str | None] = (None,), whole_tokens: Sequence[str] = ()) -> Path:
     """Train a tokenizer on ``texts`` (plus the protocol's own strings), build a random tiny Qwen2
-    model sized to it, and save both (with TRL's qwen2_5 chat template) to ``out_dir``."""
+    model sized to it, and save both (with TRL's qwen2_5 chat template) to ``out_dir``.
+
+    Speed: the chat template puts ~300 tokens of fixed text (the tool instructions and the search
+    tool's JSON schema) before every question, and the tiny model spends most of its time on them.
+    Each of those fixed texts, and each of ``system_prompts`` (None = the protocol's), becomes ONE
+    added token, and so does each string of ``whole_tokens`` (e.g. passage ids, which byte-level BPE
+    cuts into ~12 pieces). Added tokens are matched before BPE, so any other text tokenizes as before.
+    """
     import torch
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
@@ -69,15 +83,18 @@ def build_tiny_model(out_dir: str | Path, texts: Iterable[str], shape: TinyShape
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
+    added = TOOL_TOKENS + ANSWER_TOKENS
     trainer = trainers.BpeTrainer(
-        vocab_size=shape.vocab_size - len(TOOL_TOKENS),
+        vocab_size=shape.vocab_size - len(added),
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator([*protocol_texts(), *texts], trainer=trainer)
+    # At encode time the added tokens cut the text first (``<answer>Ruvia`` -> ``<answer>``, ``Ruvia``);
+    # cut the training text the same way, so BPE learns the pieces the model will really see.
+    tok.train_from_iterator([_cut(t, added) for t in [*protocol_texts(), *texts]], trainer=trainer)
     # Qwen marks the tool tags as added, not special, so skip_special_tokens keeps them.
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -89,6 +106,8 @@ def build_tiny_model(out_dir: str | Path, texts: Iterable[str], shape: TinyShape
         model_max_length=shape.max_position_embeddings,
     )
     hf_tok.chat_template = qwen2_5_chat_template  # byte-identical, so TRL's tool loop recognises it
+    fixed = [*_fixed_prompt_texts(hf_tok, system_prompts), *whole_tokens]
+    hf_tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in dict.fromkeys(fixed) if t])
 
     eos_id = hf_tok.convert_tokens_to_ids("<|im_end|>")
     config = Qwen2Config(
@@ -112,6 +131,28 @@ def build_tiny_model(out_dir: str | Path, texts: Iterable[str], shape: TinyShape
     model.save_pretrained(out)
     hf_tok.save_pretrained(out)
     return out
+
+
+def _fixed_prompt_texts(tokenizer: Any, system_prompts: Sequence[str | None]) -> list[str]:
+    """The system prompts and the text the chat template wraps around them when the search tool is
+    declared (tool instructions + schema), exactly as rendered."""
+    from awarl.agent.env import tool_schema
+    from awarl.protocol import SYSTEM_PROMPT
+
+    out = []
+    for prompt in system_prompts:
+        prompt = SYSTEM_PROMPT if prompt is None else prompt
+        rendered = tokenizer.apply_chat_template([{"role": "system", "content": prompt}, {"role": "user", "content": "?"}],
+                                                 tools=[tool_schema()], tokenize=False)
+        start = rendered.index(prompt) + len(prompt)
+        out += [prompt, rendered[start: rendered.index("<|im_end|>", start)]]
+    return out
+
+
+def _cut(text: str, tokens: list[str]) -> str:
+    for t in tokens:
+        text = text.replace(t, "\n")
+    return text
 
 
 def sample_texts(samples_dir: str | Path) -> list[str]:
@@ -162,11 +203,88 @@ def warm_start_on_samples(model_dir: str | Path, out_dir: str | Path, samples_di
             "output_dir": str(work / "out"),
             "model": {"path": str(model_dir)},
             "data": {"records": str(work / "records.jsonl"), "corpus": str(work / "corpus.jsonl")},
-            "env": {"topk": 2, "max_passage_words": 40},
+            "rollout": {"scope": "closed", "topk": 2, "passage_words": 40},
             "sft": {"init_from": str(model_dir), "source": "gold", "abstain_share": 0.3, "args": {
                 "max_steps": steps, "per_device_train_batch_size": 8, "learning_rate": 3e-3,
                 "lr_scheduler_type": "cosine", "warmup_steps": 10, "use_cpu": True, "bf16": False,
                 "disable_tqdm": True}},
+            "logging": {"report_to": [], "summary": log is not None},
+        })
+        final = sft.main(config, output_dir=str(work / "sft"), on_log=log)
+        shutil.copytree(final, out_dir, dirs_exist_ok=True)
+    return Path(out_dir)
+
+
+WORLD_SHAPE = TinyShape(vocab_size=1536, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+"""The synthetic world's model: 2 layers, 128 hidden (~0.4 M parameters). It learns the world's
+two-search trajectories in ~1,000 SFT steps; smaller widths were not tried."""
+
+
+def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE, seed: int = 0,
+                      system_prompt: str | None = None) -> Path:
+    """`build_tiny_model` with a tokenizer trained on the world's own text (``awarl.data.world``):
+    every name is one token and so is every cited ``[passage id]``, so a whole two-search trajectory
+    is ~200 tokens."""
+    from awarl.data.world import world_texts
+
+    ids = [f"[{p.id}]" for p in world.passages]
+    return build_tiny_model(out_dir, world_texts(world, system_prompt), shape, seed, system_prompts=[system_prompt],
+                            whole_tokens=ids)
+
+
+def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),
+                       system_prompt: str | None = None) -> list[dict]:
+    """Gold conversations of the world's questions, searched with the real tool (``env_factory``
+    builds the same `SearchEnv` the rollouts use, so SFT shows exactly what GRPO will see), as
+    ``{"record_id", "messages"}`` rows that ``awarl train sft`` reads with ``sft.source: trajectories``."""
+    from awarl.data.world import gold_conversation, record_id
+
+    env = env_factory()
+    rows = []
+    for split in splits:
+        for q in world.split(split):
+            env.reset(id=record_id(q), question=q.question, passages=[])
+            rows.append({"record_id": record_id(q), "messages": gold_conversation(world, q, env.search, system_prompt)})
+    return rows
+
+
+def warm_start_on_world(model_dir: str | Path, out_dir: str | Path, world, *, steps: int = 120,
+                        system_prompt: str | None = None, log: Callable[[str], None] | None = None) -> Path:
+    """Warm-start a tiny model with ``awarl train sft`` on the gold two-search trajectories of a
+    synthetic world (`awarl.data.world`): after a few hundred steps it calls ``search``, searches
+    again, and answers with citations or abstains. World trajectories are ~170 tokens, so this
+    takes seconds where the shipped samples' ~900-token conversations took minutes."""
+    import shutil
+    import tempfile
+
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.settings import RolloutSettings
+    from awarl.data.adapters import load_dataset_file
+    from awarl.data.records import write_jsonl
+    from awarl.data.world import write_world
+    from awarl.search.bm25 import BM25Index
+    from awarl.train import sft
+    from awarl.train.config import TrainConfig
+
+    rollout = RolloutSettings(system_prompt=system_prompt, scope="global", topk=3, passage_words=20, max_searches=2,
+                              max_completion_tokens=320)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        files = write_world(world, work / "world")
+        records, _ = load_dataset_file("musique", files["sft"])
+        write_jsonl(work / "records.jsonl", (r.to_dict() for r in records))
+        env = search_env_factory(BM25Index.build(world.passages), rollout)
+        write_jsonl(work / "trajectories.jsonl", world_trajectories(world, env, ("sft",), system_prompt))
+        config = TrainConfig.from_dict({
+            "output_dir": str(work / "out"),
+            "model": {"path": str(model_dir)},
+            "data": {"records": str(work / "records.jsonl"), "corpus": str(files["corpus"])},
+            "rollout": rollout.to_dict(),
+            "sft": {"init_from": str(model_dir), "source": "trajectories", "trajectories": str(work / "trajectories.jsonl"),
+                    "args": {"max_steps": steps, "per_device_train_batch_size": 8, "learning_rate": 3e-3,
+                             "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 20, "use_cpu": True,
+                             "bf16": False, "disable_tqdm": True}},
             "logging": {"report_to": [], "summary": log is not None},
         })
         final = sft.main(config, output_dir=str(work / "sft"), on_log=log)

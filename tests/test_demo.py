@@ -1,0 +1,182 @@
+"""`awarl demo` and the fidelity study's aggregation.
+
+The end-to-end smoke runs every stage with tiny settings (a 30-person world, a few SFT and GRPO
+steps): it checks the pipeline and its files, not the model's quality (the demo's quality floors
+are checked by the demo itself and recorded in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from awarl.demo import (
+    DEFAULT_RECIPE,
+    DemoRecipe,
+    _summary_fields,
+    capability_warnings,
+    refusal_by_p,
+    run_demo,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_recipe(path: Path) -> Path:
+    """The demo recipe shrunk to seconds of work per stage."""
+    raw = yaml.safe_load(DEFAULT_RECIPE.read_text())
+    raw["world"]["persons"] = 30
+    raw["capability"]["k"] = 2
+    raw["sft"]["args"].update(max_steps=12, logging_steps=4)
+    raw["grpo"].update(max_steps=4, save_steps=2, per_device_train_batch_size=8, steps_per_generation=2)
+    raw["logging"]["report_to"] = []
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _all_finite(value, where="metrics"):
+    if isinstance(value, float):
+        assert math.isfinite(value), where
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _all_finite(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _all_finite(v, f"{where}[{i}]")
+
+
+@pytest.mark.slow
+def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
+    recipe = tiny_recipe(tmp_path / "recipe.yaml")
+    out = tmp_path / "demo"
+    metrics = run_demo(out, recipe=recipe, progress=False)
+    for rel in ("demo.json", "metrics.json", "report/report.md", "report/before_after.png", "report/refusal_by_p.png",
+                "report/refusal_vs_step.png", "report/reward_terms.png", "world/policy.yaml", "world/policy.tests.yaml",
+                "data/corpus.jsonl", "sft/final/rollout.json", "grpo/final/rollout.json", "demo.log"):
+        assert (out / rel).exists(), rel
+    saved = json.loads((out / "metrics.json").read_text())
+    _all_finite(saved)
+    for run in ("before_rl", "after_rl"):
+        for key in ("precision", "accuracy", "ra_f1", "refusal_rate"):
+            assert 0.0 <= saved[run][key] <= 1.0
+    assert saved["grpo_steps"] == 4 and saved["capability"]["eval"]["k"] == 2
+    manifest = json.loads((out / "demo.json").read_text())
+    assert manifest["agent"] == "grpo/final" and manifest["sft_agent"] == "sft/final"
+    for key in ("world", "corpus", "policy", "policy_tests", "agent", "sft_agent"):
+        assert (out / manifest[key]).exists() and not Path(manifest[key]).is_absolute()
+    assert manifest["rollout"]["max_searches"] == 2
+    report = (out / "report" / "report.md").read_text()
+    assert "before RL" in report and "after RL" in report and "penalty P_t" in report
+    # TRL's per-step dicts went to the log, not the terminal
+    terminal = capfd.readouterr()
+    assert "'loss'" not in terminal.out + terminal.err
+    assert "'loss'" in (out / "demo.log").read_text() or "loss" in (out / "demo.log").read_text()
+    # rerunning resumes: every stage is reused and the numbers are the same
+    again = run_demo(out, recipe=recipe, progress=False)
+    assert again["before_rl"] == metrics["before_rl"] and again["after_rl"] == metrics["after_rl"]
+
+
+def test_demo_refuses_a_folder_of_another_world(tmp_path):
+    from awarl.demo import DemoError
+
+    recipe = tiny_recipe(tmp_path / "recipe.yaml")
+    run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world")
+    with pytest.raises(DemoError, match="another world"):
+        run_demo(tmp_path / "d", recipe=recipe, seed=1, progress=False, until="world")
+    assert json.loads((tmp_path / "d" / "demo.json").read_text())["agent"] is None
+
+
+def test_quick_overrides_and_floors():
+    full, quick = DemoRecipe.load(DEFAULT_RECIPE), DemoRecipe.load(DEFAULT_RECIPE, quick=True, seed=7)
+    assert quick.train["sft"]["args"]["max_steps"] < full.train["sft"]["args"]["max_steps"]
+    assert quick.world["persons"] < full.world["persons"] and quick.world["seed"] == 7 and quick.train["seed"] == 7
+    assert full.floors == {"sft_accuracy_answerable": 0.3, "refusal_gap": 0.1}
+    assert 0 < quick.floors["sft_accuracy_answerable"] < 0.01
+
+
+def test_refusal_by_p_bins_by_value():
+    rows = [{"p": 0.0, "abstained": True}, {"p": 0.0, "abstained": False}, {"p": 0.25, "abstained": False},
+            {"p": 1.0, "abstained": False}, {"p": None, "abstained": True}]
+    assert refusal_by_p(rows) == [{"p": 0.0, "n": 2, "refusal": 0.5}, {"p": 0.25, "n": 1, "refusal": 0.0},
+                                  {"p": 1.0, "n": 1, "refusal": 0.0}]
+
+
+def test_degenerate_p_i_warns_with_a_fix():
+    stats = {"all_zero": True, "unparsable_share": 0.8}
+    messages = capability_warnings(stats, "rl")
+    assert len(messages) == 2 and "sft.args.max_steps" in messages[0] and "max_completion_tokens" in messages[1]
+    assert capability_warnings({"all_zero": False, "unparsable_share": 0.1}, "rl") == []
+
+
+def test_summary_line_fields():
+    assert _summary_fields("[sft] step 40/600 | loss 0.4210 | 0.21 s/step") == {"step": 40.0, "loss": 0.421}
+
+
+def test_quiet_terminal_sends_library_output_to_the_log(tmp_path, capfd):
+    from awarl.train.callbacks import quiet_terminal
+
+    with quiet_terminal(tmp_path / "x.log") as terminal:
+        print("per-step dict {'loss': 1.0}", flush=True)
+        os.write(1, b"a C-level line\n")
+        os.write(2, b"a C-level warning\n")
+        terminal.write("for the user\n")
+    seen = capfd.readouterr()
+    assert "for the user" in seen.err and "loss" not in seen.out + seen.err
+    log = (tmp_path / "x.log").read_text()
+    assert "per-step dict" in log and "C-level line" in log and "C-level warning" in log
+
+
+# -- fidelity study aggregation --------------------------------------------------------------------------------
+def _fidelity():
+    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "scripts" / "fidelity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _record(out: Path, arm: str, seed: int, final: dict, refusal: list[float], expected: float) -> None:
+    folder = out / arm / f"seed{seed}"
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps({"arm": arm, "seed": seed, "steps": len(refusal), "overrides": {},
+                                                    "final": final, "expected_refusal": expected}))
+    with (folder / "metrics_log.jsonl").open("w") as f:
+        for step, r in enumerate(refusal, start=1):
+            f.write(json.dumps({"step": step, "awa/refusal_rate": r, "awa/expected_refusal_rate": expected}) + "\n")
+        f.write('{"step": 3, "awa/refusal_rate": 0.5')  # a torn last line (a killed run) is skipped
+
+
+def test_fidelity_aggregation_on_recorded_runs(tmp_path):
+    fid = _fidelity()
+
+    def final(p, a, r):
+        return {"precision": p, "accuracy": a, "ra_f1": 2 * p * a / (p + a), "refusal_rate": r,
+                "abstain_recall": 0.8, "over_refusal": 0.1}
+
+    for seed, jitter in ((0, 0.0), (1, 0.02)):
+        _record(tmp_path, "awa_g0.3", seed, final(0.70 + jitter, 0.50, 0.30), [0.2, 0.3, 0.3], 0.35)
+        _record(tmp_path, "awa_g0.5", seed, final(0.75 + jitter, 0.48, 0.36), [0.2, 0.35, 0.4], 0.40)
+        _record(tmp_path, "awa_g0.7", seed, final(0.80 + jitter, 0.45, 0.44), [0.3, 0.4, 0.45], 0.45)
+        _record(tmp_path, "none", seed, final(0.62 + jitter, 0.50, 0.10), [0.2, 0.1, 0.05], 0.40)
+        _record(tmp_path, "static_0.5", seed, final(0.5, 0.05, 0.95), [0.5, 0.9, 0.97], 0.40)
+    table = fid.aggregate(fid.load_runs(tmp_path))
+    assert table["awa_g0.5"]["seeds"] == [0, 1]
+    mean, sd = table["awa_g0.5"]["precision"]
+    assert mean == pytest.approx(0.76) and sd == pytest.approx(0.01414, abs=1e-4)
+    assert table["static_0.5"]["batch_refusal_late"][0] == pytest.approx((0.5 + 0.9 + 0.97) / 3)
+    assert table["none"]["trajectory"] == [(1, 0.2), (2, 0.1), (3, 0.05)]
+    verdicts = {c["claim"].split()[0] + c["claim"].split()[2]: c["holds"] for c in fid.claims(table)}
+    assert list(verdicts.values()) == [False, True, True, True]  # static's late mean is 0.79, not > 0.9
+    text = fid.markdown(table, fid.claims(table))
+    assert "| awa_g0.5 | 0,1 | 3 |" in text and "not measured" not in text
+    paths = fid.plot(table, tmp_path)
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_fidelity_claims_without_runs_are_not_measured():
+    fid = _fidelity()
+    assert {c["holds"] for c in fid.claims({})} == {None}
