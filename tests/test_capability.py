@@ -161,3 +161,21 @@ def test_bad_input_is_reported_clearly(prepared, tiny_sft_model_dir, tmp_path):
     write_jsonl(tmp_path / "m.jsonl", [{"id": "a", "p": 0.5, "capability": {"k": 2, "model": "base", "temperature": 1.0}}])
     with pytest.raises(DataError, match="estimated with model='base', this run uses model='sft'"):
         read_done(tmp_path / "m.jsonl", 2, "sft", 1.0)
+
+
+def test_degenerate_estimates_are_summarised_with_a_warning(tmp_path):
+    from awarl.capability import summarize
+
+    def row(i, p, unparsable, budget):
+        return {"id": f"q{i}", "p": p, "capability": {"k": 4, "unparsable": unparsable,
+                                                       "stop_reasons": {"token_budget": budget}}}
+
+    bad = tmp_path / "bad.jsonl"
+    write_jsonl(bad, [row(i, 0.0, 4, 3) for i in range(5)])
+    summary = summarize(bad)
+    assert (summary.mean_p, summary.zero_p, summary.unparsable, summary.token_budget) == (0.0, 1.0, 1.0, 0.75)
+    warnings = " ".join(summary.warnings())
+    assert "no parsable <answer>" in warnings and "awarl train sft" in warnings and "max_completion_tokens" in warnings
+    good = tmp_path / "good.jsonl"
+    write_jsonl(good, [row(i, 0.5, 0, 0) for i in range(5)])
+    assert summarize(good).warnings() == []
