@@ -3,12 +3,14 @@
 A synthetic corpus stands in for wiki-18 (21M passages of ~100 words): passages of 60-140 words
 drawn from a Zipf-Mandelbrot vocabulary (p(rank) ~ (rank + 50)^-1.7 over 3M possible words:
 about 110k distinct terms at 100k passages, 400k at 1M, 1.3M at 10M; the most common word is
-1.4% of all words, like a frequent non-stop word). Queries are 3-8 words taken from random passages (as a question
-names the entities of its evidence), so every query matches something, with the usual mix of
-rare and common terms. For each size: streaming build (time, peak memory of the build process,
-disk), memory of a loaded index, and p50/p95 latency and queries/s at top-10 for batch 1 and 32,
-for MaxScore, the exhaustive scorer and bm25s's own retrieve, all in this one run. A log-log
-fit of p50 against corpus size extrapolates to 21M passages.
+1.4% of all words, like a frequent non-stop word). Queries are words taken from random
+passages, so every query matches something. Two query sets: "question" queries take the
+passage's 1-2 rarest words (as a question names its entities) plus 2-5 others; "uniform"
+queries take 3-8 words uniformly, hence mostly frequent ones, the hard case for any pruning.
+For each size: streaming build (time, peak memory of the build process, disk), memory of a
+loaded index, and p50/p95 latency and queries/s at top-10 for batch 1 and 32, for MaxScore,
+the exhaustive scorer and bm25s's own retrieve, all in this one run. A log-log fit of p50
+against corpus size extrapolates to 21M passages.
 
     python scripts/bench_search_scale.py --sizes 100k,1M --queries 300
     python scripts/bench_search_scale.py --sizes 100k,1M,3M,10M --time-cap-min 90   # big, run late
@@ -86,7 +88,18 @@ def write_corpus(path: Path, n: int, seed: int = 0) -> None:
     tmp.replace(path)
 
 
-def sample_queries(corpus: Path, n_passages: int, count: int, seed: int = 1) -> list[str]:
+def rank(w: str) -> int:
+    """The vocabulary rank `word` encoded (0 = most frequent)."""
+    letters, vowels = "bcdfghjklmnpqrstvwxz", "aeiou"
+    body = w.lower()[:-1]
+    value = sum((letters.index(body[j]) + 20 * vowels.index(body[j + 1])) * 100 ** (j // 2) for j in range(0, len(body), 2))
+    return value - 1
+
+
+def sample_queries(corpus: Path, n_passages: int, count: int, kind: str = "question", seed: int = 1) -> list[str]:
+    """Queries made from random passages. ``uniform``: 3-8 of the passage's words drawn
+    uniformly (mostly frequent words: the hard case for pruning). ``question``: the passage's 1-2
+    rarest words (as a question names its entities) plus 2-5 words drawn uniformly."""
     rng = np.random.default_rng(seed)
     wanted = set(rng.choice(n_passages, size=count, replace=False).tolist())
     out = []
@@ -94,8 +107,14 @@ def sample_queries(corpus: Path, n_passages: int, count: int, seed: int = 1) -> 
         for i, line in enumerate(fh):
             if i in wanted:
                 words = json.loads(line)["text"].split()
-                pick = rng.choice(len(words), size=int(rng.integers(3, 9)), replace=False)
-                out.append(" ".join(words[p] for p in sorted(pick)))
+                if kind == "uniform":
+                    pick = sorted(rng.choice(len(words), size=int(rng.integers(3, 9)), replace=False).tolist())
+                else:
+                    by_rarity = sorted(range(len(words)), key=lambda j: -rank(words[j]))
+                    rare = by_rarity[: int(rng.integers(1, 3))]
+                    rest = [j for j in range(len(words)) if j not in rare]
+                    pick = sorted(rare + rng.choice(rest, size=int(rng.integers(2, 6)), replace=False).tolist())
+                out.append(" ".join(words[p] for p in pick))
     rng.shuffle(out)
     return out
 
@@ -192,7 +211,8 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
         stats.write_text(json.dumps(built))
     print(f"  build {n:,}: {built['seconds']:.1f}s, peak anon {built['peak_anon_mb']:.0f} MB, peak RSS {built['peak_rss_mb']:.0f} MB",
           flush=True)
-    queries = sample_queries(corpus, n, args.queries)
+    query_sets = {kind: sample_queries(corpus, n, args.queries, kind) for kind in ("question", "uniform")}
+    queries = query_sets["question"]
     anon0, file0 = memory_mb()
     index = BM25Index.load(out)
     vocab = len(index.postings.vocab)
@@ -216,12 +236,14 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
         model = bm25s.BM25.load(out / "bm25s", mmap=True, load_corpus=False, show_progress=False)
         systems["bm25s"] = lambda qs: model.retrieve([tokenizer.terms(q) or ["zzzz"] for q in qs], k=10, show_progress=False,
                                                      n_threads=1)
-    for batch in (1, 32):
-        for name, fn in systems.items():  # interleaved per size, so load on the shared CPU hits all alike
-            res = time_calls(fn, queries, batch, args.budget_s)
-            row[f"{name}_b{batch}"] = res
-            print(f"  {n:>10,} {name:<10} batch {batch:>2}: p50 {res['p50_ms']:8.2f} ms  p95 {res['p95_ms']:8.2f} ms  "
-                  f"{res['qps']:8.1f} q/s", flush=True)
+    for kind, qs in query_sets.items():
+        for batch in (1, 32):
+            for name, fn in systems.items():  # one after the other per size, so load on the shared CPU hits all alike
+                res = time_calls(fn, qs, batch, args.budget_s)
+                key = f"{name}_b{batch}" + ("" if kind == "question" else "_uniform")
+                row[key] = res
+                print(f"  {n:>10,} {kind:<8} {name:<10} batch {batch:>2}: p50 {res['p50_ms']:8.2f} ms  "
+                      f"p95 {res['p95_ms']:8.2f} ms  {res['qps']:8.1f} q/s", flush=True)
     rows.append(row)
     del index
 
@@ -280,14 +302,26 @@ def main() -> None:
         print(f"{ms['qps']:.0f} / {r['maxscore_b32']['qps']:.0f} | {ex['qps']:.0f} / {r['exhaustive_b32']['qps']:.0f} | "
               + (f"{b['qps']:.0f} / {r['bm25s_b32']['qps']:.0f}" if b else "–")
               + f" | {ms['p50_ms'] / ex['p50_ms']:.2f} |")
-    for key in ("maxscore_b1", "exhaustive_b1"):
+    print()
+    print("uniform-word queries (3-8 words drawn uniformly from a passage: mostly frequent words)")
+    print("| passages | MaxScore p50/p95 ms (b1) | exhaustive p50/p95 ms (b1) | bm25s p50 ms (b1) | MaxScore q/s b32 | "
+          "exhaustive q/s b32 | MaxScore / exhaustive p50 |")
+    print("|" + "---|" * 7)
+    for r in rows:
+        ms, ex, b = r["maxscore_b1_uniform"], r["exhaustive_b1_uniform"], r.get("bm25s_b1_uniform")
+        print(f"| {r['n']:,} | {ms['p50_ms']:.2f} / {ms['p95_ms']:.2f} | {ex['p50_ms']:.2f} / {ex['p95_ms']:.2f} | "
+              + (f"{b['p50_ms']:.2f}" if b else "–") + f" | {r['maxscore_b32_uniform']['qps']:.0f} | "
+              f"{r['exhaustive_b32_uniform']['qps']:.0f} | {ms['p50_ms'] / ex['p50_ms']:.2f} |")
+    for key in ("maxscore_b1", "exhaustive_b1", "maxscore_b1_uniform", "exhaustive_b1_uniform"):
         f = fit(rows, key)
         if f:
             print(f"fit {key}: p50 ∝ N^{f[0]:.2f}; extrapolated p50 at {TARGET_N:,} passages: {f[1]:.1f} ms")
     if len(rows) >= 2:
-        growth = rows[-1]["maxscore_b1"]["p50_ms"] / rows[0]["maxscore_b1"]["p50_ms"]
-        print(f"MaxScore p50 growth {rows[0]['n']:,} -> {rows[-1]['n']:,}: {growth:.1f}x "
-              f"(exhaustive: {rows[-1]['exhaustive_b1']['p50_ms'] / rows[0]['exhaustive_b1']['p50_ms']:.1f}x)")
+        for suffix in ("", "_uniform"):
+            growth = rows[-1][f"maxscore_b1{suffix}"]["p50_ms"] / rows[0][f"maxscore_b1{suffix}"]["p50_ms"]
+            old_growth = rows[-1][f"exhaustive_b1{suffix}"]["p50_ms"] / rows[0][f"exhaustive_b1{suffix}"]["p50_ms"]
+            print(f"{suffix.strip('_') or 'question'} queries: MaxScore p50 growth {rows[0]['n']:,} -> {rows[-1]['n']:,}: "
+                  f"{growth:.1f}x (exhaustive: {old_growth:.1f}x)")
     if skipped:
         print(f"not run (time cap {args.time_cap_min:.0f} min): {', '.join(f'{n:,}' for n in skipped)}")
     if args.json:

@@ -139,14 +139,17 @@ class Postings:
             return self.champ_rows[cs : cs + n]
         return self.indices[start:end][self.data[start:end] >= value]
 
+    def list_length(self, term: int) -> int:
+        return int(self.indptr[term + 1] - self.indptr[term])
+
     def count_at_least(self, term: int, value: float) -> int:
         """How many rows `rows_at_least` returns, or a cheap upper bound: exact when a champion
-        prefix answers, else the list's length (a filtered list is counted once read)."""
+        prefix answers, else the list's length."""
         start, end = int(self.indptr[term]), int(self.indptr[term + 1])
         cs, ce = int(self.champ_ptr[term]), int(self.champ_ptr[term + 1])
         if value > 0 and ce > cs and -self.champ_neg[ce - 1] <= value:
             return int(np.searchsorted(self.champ_neg[cs:ce], -value, side="right"))
-        return 0 if value > 0 else end - start
+        return end - start
 
     def best_rows(self, term: int, n: int) -> np.ndarray:
         """About the ``n`` best-scoring rows of ``term`` (all rows of a short list)."""

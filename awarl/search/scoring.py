@@ -92,7 +92,7 @@ def top_k_exhaustive(p: Postings, token_ids: np.ndarray, k: int) -> tuple[np.nda
     return best_of(cand, scores[cand], k)
 
 
-SEED_ROWS = 64  # best postings per query term whose exact scores seed the threshold
+SEED_ROWS = (64,)  # best postings per long query term scored for the threshold (one try; a wider second one cost more than it saved)
 SHORT_LIST = 2048  # posting lists this short are scored whole (cheap), the rest are pruned
 DENSE_SHARE = 8  # more candidates than 1/8 of the corpus: the exhaustive array is cheaper
 
@@ -110,43 +110,60 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     bounds = p.term_max[terms].astype(np.float64) * counts
     margin = 1.0 + max(1e-4, 8.0 * len(token_ids) * 2.0**-24)
     short = lengths <= SHORT_LIST
-    # 1. Every passage holding a rare (short-list) term is a candidate; with the best postings of
-    #    the long terms they give a threshold: the k-th best exact score among real passages, so
-    #    the true k-th best is at least as high.
-    exact = [p.indices[p.indptr[t] : p.indptr[t + 1]] for t in terms[short]]
-    seed = _union(exact + [p.best_rows(int(t), SEED_ROWS) for t in terms[~short]])
-    seed_scores = score_rows(p, token_ids, seed)
-    kth = np.partition(seed_scores, len(seed) - k)[len(seed) - k] if len(seed) >= k else np.float32(0)
-    theta = float(kth) / margin
-    # 2. A passage outside the short lists scores at most the bounds of the long terms. MaxScore's
-    #    split: long terms whose bounds sum below theta (smallest first) cannot lift a passage into
-    #    the top k alone, so a candidate must hold one of the others, the essential terms, and
-    #    score at least `need` on it, since all the other long terms give at most their bounds.
     long_terms, long_counts, long_bounds = terms[~short], counts[~short], bounds[~short]
-    order = np.argsort(long_bounds, kind="stable")
-    nonessential = np.cumsum(long_bounds[order]) * margin < theta
     total = float(long_bounds.sum())
-    parts = []
-    size = 0
-    for u in order[~nonessential]:
-        need = (theta - (total - long_bounds[u]) * margin) / long_counts[u]
-        if dense_share is not None and (size + p.count_at_least(int(long_terms[u]), need)) * dense_share > p.num_docs:
-            return _top_k_dense(p, token_ids, k, kth)
-        parts.append(p.rows_at_least(int(long_terms[u]), need))
-        size += len(parts[-1])
-        if dense_share is not None and size * dense_share > p.num_docs:
-            return _top_k_dense(p, token_ids, k, kth)
+    # 1. Every passage holding a rare (short-list) term is a candidate, scored exactly; with the
+    #    best postings of the long terms they give a threshold: the k-th best exact score among
+    #    real passages, so the true k-th best is at least as high.
+    seed = _union([p.indices[p.indptr[t] : p.indptr[t + 1]] for t in terms[short]] + [np.empty(0, np.int64)])
+    seed_scores = score_rows(p, token_ids, seed)
+    for width in SEED_ROWS:
+        wider = _union([p.best_rows(int(t), width) for t in long_terms] + [np.empty(0, np.int64)])
+        wider = wider[~_isin_sorted(wider, seed)]
+        seed, seed_scores = _merge(seed, seed_scores, wider, score_rows(p, token_ids, wider))
+        kth = np.partition(seed_scores, len(seed) - k)[len(seed) - k] if len(seed) >= k else np.float32(0)
+        theta = float(kth) / margin
+        # 2. A passage outside the short lists scores at most the long terms' bounds, so to reach
+        #    theta it needs at least `need` from each long term u (all the others giving at most
+        #    their bounds). Where a need is positive the passage must be in u's list with at least
+        #    that score, a prefix of u's champion list; the smallest such prefix holds every
+        #    candidate (they must be in all of them).
+        needs = (theta - (total - long_bounds) * margin) / long_counts
+        if (needs > 0).any():
+            sizes = [p.count_at_least(int(t), float(nd)) if nd > 0 else p.num_docs + 1 for t, nd in zip(long_terms, needs)]
+            u = int(np.argmin(sizes))
+            if dense_share is None or sizes[u] * dense_share <= p.num_docs:
+                parts = [p.rows_at_least(int(long_terms[u]), float(needs[u]))]
+                break
+    else:
+        # 3. No need is positive (or none is selective): MaxScore's split. Long terms whose bounds
+        #    sum below theta (smallest first) cannot lift a passage into the top k alone; a
+        #    candidate must hold one of the others, the essential terms.
+        order = np.argsort(long_bounds, kind="stable")
+        nonessential = np.cumsum(long_bounds[order]) * margin < theta
+        parts, size = [], 0
+        for u in order[~nonessential]:
+            size += p.list_length(int(long_terms[u]))
+            if dense_share is not None and size * dense_share > p.num_docs:
+                return _top_k_dense(p, token_ids, k, kth)
+            parts.append(p.rows_at_least(int(long_terms[u]), 0.0))
     if parts:
         more = _union(parts)
         more = more[~_isin_sorted(more, seed)]
-        cand = np.concatenate([seed, more])
-        scores = np.concatenate([seed_scores, score_rows(p, token_ids, more)])
-    else:
-        cand, scores = seed, seed_scores
-    rows, scores = best_of(cand, scores, k)
+        seed, seed_scores = _merge(seed, seed_scores, more, score_rows(p, token_ids, more))
+    rows, scores = best_of(seed, seed_scores, k)
     if len(rows) < k and p.nonoccurrence is not None:
-        rows, scores = _fill_nonoccurrence(p, token_ids, cand, rows, scores, k)
+        rows, scores = _fill_nonoccurrence(p, token_ids, seed, rows, scores, k)
     return rows, scores
+
+
+def _merge(rows: np.ndarray, scores: np.ndarray, more: np.ndarray, more_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two disjoint sorted row sets and their scores as one sorted set."""
+    if not len(more):
+        return rows, scores
+    merged = np.concatenate([rows, more])
+    order = np.argsort(merged, kind="stable")
+    return merged[order], np.concatenate([scores, more_scores])[order]
 
 
 def _union(parts: list[np.ndarray]) -> np.ndarray:
