@@ -74,7 +74,7 @@ def build(
 @search_app.command("query")
 def query(
     text: list[str] = typer.Argument(..., help="One or more queries."),
-    index: str = typer.Option(..., "--index", help="Index folder, or the URL of a retrieval server."),
+    index: str = typer.Option(..., "--index", help="Index folder, a corpus.jsonl (BM25 built in memory), or a server URL."),
     k: int = typer.Option(3, "--k", "-k", help="Passages per query."),
     allowed: str = typer.Option(None, "--allowed", help="Closed scope: comma-separated passage ids to search within."),
     max_tokens: int = typer.Option(None, "--max-tokens", help="Words kept of each passage."),
