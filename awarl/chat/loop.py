@@ -161,8 +161,7 @@ class Loop:
                                "Not fully validated: nothing in this answer maps to the policy's rules.")
         elif self.generator is None or t.generator is None:
             self._complete(t, Exit.CHECKED_ONLY, Badge(result.value),
-                           None if result is Result.VALID else f"The answer was checked: {result.value}. "
-                           "Validate-only mode has no agent to rewrite it.")
+                           f"The answer was checked: {result.value}. Validate-only mode has no agent to rewrite it.")
         elif t.rewrites >= t.max_iterations:
             self._complete(t, Exit.MAX_ITERATIONS_REACHED, Badge.INVALID,
                            f"Not validated: still {result.value} after {t.rewrites} rewrite(s).")

@@ -1,0 +1,129 @@
+"""The embedded default on the synthetic world: cited answers checked against the world's policy,
+citation problems rewritten, the review queue round trip, and verify-and-resample with a real
+tiny agent through the rollout runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from awarl.chat.config import default_settings
+from awarl.chat.generate import ScriptedGenerator
+
+
+@pytest.fixture
+def world_q(world):
+    """An answerable world question, its right and a wrong country, and its evidence ids."""
+    q = next(q for q in world.questions if q.answerable and q.relation == "born")
+    wrong = next(c for c in sorted(set(world.parent.values())) if c != q.answer)
+    return q, wrong, world.supporting(q)
+
+
+def world_manager(make_manager, world_dir, gen, **kw):
+    return make_manager(gen, policy=str(world_dir / "policy.yaml"), policy_name="world",
+                        corpus=str(world_dir / "corpus.jsonl"), **kw)
+
+
+def test_wrong_country_is_caught_and_rewritten_with_citations(make_manager, world_dir, world_q):
+    q, wrong, ids = world_q
+    cites = " ".join(f"[{i}]" for i in ids)
+    gen = ScriptedGenerator(lambda text, n: f"<answer>{wrong}</answer> {cites}",
+                            lambda p, n: f"DECISION: REWRITE\nANSWER: <answer>{q.answer}</answer> {cites}")
+    m = world_manager(make_manager, world_dir, gen)
+    t = m.wait(m.submit(q.question).id)
+    first, second = t["iterations"]
+    assert first["result"] == "INVALID" and second["result"] == "VALID"
+    assert t["badge"] == "VALID" and t["final_response"] == f"{q.answer} {cites}"
+    # the premises are the question plus the cited passages' text; the proof names the world's rules
+    assert f"was born in {q.chain[0]}." in second["premises_text"]
+    valid = next(f for f in second["findings"] if f["result"] == "VALID")
+    assert "answer_birth" in valid["supporting_rules"]
+    assert any(f"{q.chain[0]} is a city in the country {q.answer}." == d for d in valid["rules"].values())
+    assert f"{q.chain[0]} is a city in the country {q.answer}." in gen.prompts[1][1]
+
+
+def test_fabricated_citation_gets_the_citation_prompt(make_manager, world_dir, world_q):
+    q, _, ids = world_q
+    cites = " ".join(f"[{i}]" for i in ids)
+    gen = ScriptedGenerator(lambda text, n: f"<answer>{q.answer}</answer> [dfabricated1]",
+                            lambda p, n: f"DECISION: REWRITE\nANSWER: <answer>{q.answer}</answer> {cites}")
+    m = world_manager(make_manager, world_dir, gen)
+    t = m.wait(m.submit(q.question).id)
+    fabricated = [f for f in t["iterations"][0]["findings"] if f["citation"]]
+    assert fabricated[0]["citation"]["kind"] == "fabricated" and fabricated[0]["citation"]["passage_id"] == "dfabricated1"
+    assert t["iterations"][1]["template"] == "rewrite_citation"
+    assert "fabricated: " in gen.prompts[1][1] and "[dfabricated1]" in gen.prompts[1][1]
+    assert t["badge"] == "VALID"
+
+
+def test_review_round_trip_borderline_citation_approved_correction_in_next_prompt(make_manager, world_dir, world_q):
+    q, _, ids = world_q
+    cites = " ".join(f"[{i}]" for i in ids)
+    # "known for poets" shares one content word in three with the passages: the lexical judge says BORDERLINE
+    gen = ScriptedGenerator(lambda text, n: f"<answer>{q.answer}, known for poets</answer> {cites}", None)
+    m = world_manager(make_manager, world_dir, gen)
+    t = m.wait(m.submit(q.question).id)
+    [review] = m.reviews("pending")
+    assert review["reason"] == "borderline" and review["thread_id"] == t["id"]
+    assert review["data"]["passage_ids"] == ids and "known for poets" in review["data"]["sentence"]
+    correction = f"{q.answer} is not known for poets; say only what the passages state."
+    decided = m.decide(review["id"], "approve", correction)
+    assert decided["status"] == "decided" and decided["verdict"] == "approve"
+    with pytest.raises(Exception, match="already decided"):
+        m.decide(review["id"], "approve", None)
+    m.wait(m.submit(q.question).id)
+    next_prompt = [p for k, p in gen.prompts if k == "answer"][-1]
+    assert correction in next_prompt and correction not in gen.prompts[0][1]
+
+
+def test_default_without_demo_generates_the_world_and_runs_validate_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = default_settings(tmp_path / "runs" / "demo", db=str(tmp_path / "c.sqlite"))
+    assert s.generator is None and s.policy_name == "world" and s.policies["world"].endswith("policy.yaml")
+    assert "Validate-only mode" in s.mode_note and "awarl demo" in s.mode_note
+    assert (tmp_path / ".cache" / "awarl-chat" / "world" / "corpus.jsonl").exists()
+
+
+def test_default_reads_the_demo_manifest(tmp_path, world_dir, tiny_model_dir):
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    (demo / "demo.json").write_text(json.dumps({
+        "version": 1, "world": str(world_dir), "corpus": str(world_dir / "corpus.jsonl"),
+        "policy": str(world_dir / "policy.yaml"), "agent": None, "sft_agent": None, "rollout": {"topk": 2}}))
+    s = default_settings(demo)
+    assert s.generator is None and "names no trained agent" in s.mode_note
+    manifest = json.loads((demo / "demo.json").read_text())
+    manifest["agent"] = str(tiny_model_dir)
+    (demo / "demo.json").write_text(json.dumps(manifest))
+    s = default_settings(demo)
+    assert s.generator == f"hf:{tiny_model_dir}" and s.rollout == {"topk": 2} and s.corpus.endswith("corpus.jsonl")
+    assert not s.uses_decisions(s.generator)  # a local checkpoint gets verify-and-resample
+
+
+def test_verify_and_resample_with_the_tiny_world_agent(make_manager, tmp_path, test_world, tiny_sft_model_dir):
+    """The tiny world agent (a real checkpoint, warm-started on this world) through the rollout runner and
+    the search tool, under the rollout settings saved with it. It only answers, so each failed check
+    re-asks it with the finding as feedback, sampled at the configured temperature."""
+    from awarl.data.world import write_world
+
+    files = write_world(test_world, tmp_path / "world")
+    m = make_manager(None, generator=f"hf:{tiny_sft_model_dir}", policy=str(files["policy"]), policy_name="world",
+                     corpus=str(files["corpus"]), max_iterations=2, temperature=1.0)
+    assert not m.config()["decisions"]
+    questions = [q for q in test_world.split("eval")][:4]
+    threads = [m.wait(m.submit(q.question).id, timeout=600) for q in questions]
+    for t in threads:
+        assert t["status"] == "COMPLETED", t.get("error")
+        first = t["iterations"][0]
+        assert first["type"] == "initial" and first["search"]["queries"], first  # it searched
+        resamples = [i for i in t["iterations"] if i["type"] == "resample"]
+        assert t["rewrites"] == len(resamples) <= 2
+        for it in resamples:
+            assert "was checked and rejected" in it["prompt"] and it["template"] == "resample_feedback"
+        if t["exit"] == "MAX_ITERATIONS_REACHED":
+            assert t["rewrites"] == 2 and t["badge"] == "INVALID"
+        if t["exit"] == "ABSTAINED":
+            assert t["iterations"][-1]["findings"] == []  # an abstention is never checked into a guess
+        if t["exit"] == "VALID_RESPONSE":
+            assert t["iterations"][-1]["search"]["citations"]  # a valid world answer rests on cited passages
