@@ -1,33 +1,49 @@
-"""Benchmark the verification checks: latency per finding on the 100+-rule benefits policy, and
-the cost of the LLM translator's N-sample equivalence check.
+"""Benchmark the verification checks: latency per finding on the 100+-rule benefits policy, the
+cost of the LLM translator's N-sample equivalence check, policy load time on large policies, and
+lint time.
 
-    python scripts/bench_verify.py [--checks 300] [--seed 0]
+    python scripts/bench_verify.py [--checks 300] [--seed 0] [--sizes 250,500,1000,2000] [--no-lint]
 
 Table 1 times `Reasoner.check` per finding (p50 / p95 / mean, ms) and compares it with two
 same-run baselines: the same check without core minimisation, and a single bare satisfiability
 call (R ∧ P ∧ ¬C), the least any checker must do. Table 2 times `LLMTranslator.translate` with a
 scripted backend (no model, so only the SMT clustering is measured) for N samples that all
 agree (N−1 equivalence checks) or all differ (N(N−1)/2 checks).
+
+Table 3 times loading policy files of 250 to 2,000 rules (the benefits policy replicated with
+renamed benefits, so variables grow with rules) with awarl's loader and, as the same-run
+baseline, the previous loader (pure-Python YAML, then every rule handed to Z3's SMT-LIB parser
+with every declaration), plus what one `awarl verify check` costs on each after start-up (load,
+reasoner, one finding).
+Table 4 times `lint` (pruned by models) against the previous plain pairwise lint on the benefits
+policy and a 250-rule one.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
+import re
 import statistics
+import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
+import yaml
 import z3
 
 from awarl.verify.findings import Statement, Translation
-from awarl.verify.policy import Policy, load_policy
+from awarl.verify.lint import lint
+from awarl.verify.policy import Policy, load_policy, policy_from_dict
 from awarl.verify.reasoner import Reasoner
 from awarl.verify.translate import LLMTranslator
 
-POLICY = Path(__file__).resolve().parents[1] / "configs" / "policies" / "benefits.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+POLICY = ROOT / "configs" / "policies" / "benefits.yaml"
 
 
 def random_translation(policy: Policy, rng: random.Random) -> Translation:
@@ -92,6 +108,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checks", type=int, default=300, help="Findings to time per configuration.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sizes", default="250,500,1000,2000", help="Rule counts of the load-time table (comma-separated).")
+    parser.add_argument("--repeats", type=int, default=3, help="Repeats per load time (the best is shown).")
+    parser.add_argument("--no-lint", action="store_true", help="Skip the lint table (about a minute).")
     args = parser.parse_args()
 
     start = time.perf_counter()
@@ -124,6 +143,118 @@ def main() -> None:
             per = f"{p50 / checks:10.2f}" if checks else f"{'-':>10}"
             label = f"N={n}, samples {'agree' if agree else 'all differ'}"
             print(f"| {label:<38} | {p50:8.2f} | {p95:8.2f} | {checks:13d} | {per} |")
+
+    load_table([int(n) for n in args.sizes.split(",") if n.strip()], args.repeats)
+    if not args.no_lint:
+        lint_table()
+
+# -- large policies ------------------------------------------------------------------------------
+def _benefits_generator():
+    spec = importlib.util.spec_from_file_location("gen_benefits_policy", ROOT / "scripts" / "gen_benefits_policy.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def large_policy(rules: int) -> dict:
+    """The benefits policy with its benefits copied under new names (``dental_3`` …) until it has
+    ``rules`` rules; the employee facts and their five rules are shared by every copy."""
+    base = _benefits_generator().policy()
+    shared_vars = [v for v in base["variables"] if v["role"] == "premise"]
+    own_vars = [v for v in base["variables"] if v["role"] != "premise"]
+    shared_rules, own_rules = base["rules"][:5], base["rules"][5:]
+    out = {"version": "1.0", "types": base["types"], "variables": list(shared_vars), "rules": list(shared_rules)}
+    token = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+    copy = 0
+    while len(out["rules"]) < rules:
+        names = {v["name"]: f"{v['name']}_{copy}" for v in own_vars}
+        out["variables"] += [{**v, "name": names[v["name"]]} for v in own_vars]
+        for r in own_rules[: rules - len(out["rules"])]:
+            expression = token.sub(lambda m: names.get(m.group(0), m.group(0)), r["expression"])
+            out["rules"].append({**r, "id": f"{r['id']}_{copy}", "expression": expression})
+        copy += 1
+    return out
+
+
+def previous_load(path: Path) -> None:
+    """The previous loader: PyYAML's pure-Python safe loader, then every rule given to Z3's parser
+    with every declaration (declarations built by today's code, so only these two steps differ)."""
+    definition = yaml.safe_load(path.read_text(encoding="utf-8"))
+    declared = policy_from_dict({**definition, "rules": []})
+    for r in definition["rules"]:
+        z3.parse_smt2_string(f"(assert {r['expression']})", sorts=declared.sorts, decls=declared.consts, ctx=declared.ctx)
+
+
+def one_check(path: Path) -> None:
+    """What `awarl verify check --premise … --claim …` does after start-up: load, build the
+    reasoner, check one finding."""
+    policy = load_policy(path)
+    Reasoner(policy).check_expressions(["(= employment_type full_time)", "(= tenure_months 14)", "(= weekly_hours 40)"], ["eligible_dental_0"])
+
+
+def best_ms(fn, arg, repeats: int) -> float:
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(arg)
+        out.append((time.perf_counter() - start) * 1000)
+    return min(out)
+
+
+def load_table(sizes: list[int], repeats: int) -> None:
+    print("\n| rules | variables | YAML MB | previous load ms | load ms (awarl) | speed-up | load + reasoner + 1 finding ms |")
+    print("|------:|----------:|--------:|-----------------:|----------------:|---------:|-------------------------------:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            definition = large_policy(n)
+            path = Path(tmp) / f"policy_{n}.yaml"
+            path.write_text(yaml.safe_dump(definition, sort_keys=False, width=200), encoding="utf-8")
+            old = best_ms(previous_load, path, 1 if n >= 1000 else repeats)
+            new = best_ms(load_policy, path, repeats)
+            check_ms = best_ms(one_check, path, repeats)
+            mb = path.stat().st_size / 1e6
+            print(f"| {n:5d} | {len(definition['variables']):9d} | {mb:7.2f} | {old:16.0f} | {new:15.0f} | {old / new:7.1f}x | {check_ms:30.0f} |", flush=True)
+
+
+def previous_lint(policy: Policy) -> int:
+    """The previous lint: one solver call per rule and per pair of implications sharing a
+    variable, each with every rule as an assumption; returns the number of issues."""
+    ctx, ids = policy.ctx, [r.id for r in policy.rules]
+    lits = [z3.Bool(f"__prev_{i}", ctx) for i in range(len(ids))]
+    s = z3.Solver(ctx=ctx)
+    s.set("timeout", 2000)
+    for lit, rid in zip(lits, ids):
+        s.add(z3.Implies(lit, policy.compiled[rid]))
+    issues = 0
+    conds = {i: policy.compiled[r].arg(0) for i, r in enumerate(ids) if z3.is_app_of(policy.compiled[r], z3.Z3_OP_IMPLIES)}
+    guards = {i: z3.Bool(f"__prevc_{i}", ctx) for i in conds}
+    for i, g in guards.items():
+        s.add(z3.Implies(g, conds[i]))
+    for i, g in guards.items():
+        issues += s.check(*[lits[j] for j in range(len(ids)) if j != i], g) == z3.unsat
+    live = list(guards)
+    shared = {i: set(policy.variables_in([policy.compiled[ids[i]]])) for i in live}
+    for p, a in enumerate(live):
+        for b in live[p + 1 :]:
+            if shared[a] & shared[b]:
+                issues += s.check(*lits, guards[a], guards[b]) == z3.unsat  # before core minimisation
+    return issues
+
+
+def lint_table() -> None:
+    print("\n| policy                   | rules | previous pairwise lint s | lint s (awarl) | speed-up |")
+    print("|--------------------------|------:|-------------------------:|---------------:|---------:|")
+    for name, policy in (("benefits.yaml", load_policy(POLICY)), ("benefits x2 (250 rules)", policy_from_dict(large_policy(250)))):
+        start = time.perf_counter()
+        previous_lint(policy)
+        old = time.perf_counter() - start
+        start = time.perf_counter()
+        issues = lint(policy, budget_s=None)
+        new = time.perf_counter() - start
+        assert not [i for i in issues if i.kind == "too_complex"]
+        print(f"| {name:<24} | {len(policy.rules):5d} | {old:24.1f} | {new:14.1f} | {old / new:7.1f}x |", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -75,8 +75,11 @@ def test_unreadable_files_are_clear_errors(tmp_path):
     with pytest.raises(PolicyError, match="file not found"):
         load_policy(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("rules: [unclosed", encoding="utf-8")
-    with pytest.raises(PolicyError, match="line 1: not valid YAML"):
+    bad.write_text('version: "1.0"\nvariables: {a: 1\nrules: []\n', encoding="utf-8")
+    with pytest.raises(PolicyError, match=r"bad.yaml, line 3: not valid YAML: .*','"):
+        load_policy(bad)
+    bad.write_text('{"version": "1.0",\n "rules": [,]}', encoding="utf-8")
+    with pytest.raises(PolicyError, match=r"bad.yaml, line 2: not valid JSON: Expecting value \(column 12\)"):
         load_policy(bad)
 
 
