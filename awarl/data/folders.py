@@ -139,8 +139,11 @@ def replace_folder(out: str | Path, *, force: bool = False, owned: Collection[st
     ``owned`` (``None``: anything), so a mistaken ``--out`` never deletes unrelated files.
     """
     out = Path(out)
-    if out.is_symlink():
-        out = out.resolve()  # replace what the link points at, and keep the link
+    if out.is_symlink() or out.name in ("", ".", ".."):
+        out = out.resolve()  # replace what a link points at (the link stays); name "." and ".."
+    cwd = Path.cwd().resolve()
+    if out.resolve() == cwd or out.resolve() in cwd.parents:
+        raise DataError(out, "", "is the current folder or holds it; choose an output folder below it")
     if out.exists() and not out.is_dir():
         check_target(out, force=force, owned=owned)
     try:

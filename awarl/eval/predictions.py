@@ -204,7 +204,9 @@ def write_official(out_dir: str | Path, dataset: str, records: Sequence[QARecord
         if dataset == "2wiki":
             official["evidence"] = {r.id: [] for r in records}
         paths.append(out / "pred.json")
-        paths[-1].write_text(json.dumps(official, ensure_ascii=False), encoding="utf-8")
+        tmp = paths[-1].with_suffix(".json.tmp")  # temp file + rename, like write_jsonl: never half a file
+        tmp.write_text(json.dumps(official, ensure_ascii=False), encoding="utf-8")
+        tmp.replace(paths[-1])
     elif dataset == "musique":
         paths.append(out / "pred.jsonl")
         write_jsonl(paths[-1], (

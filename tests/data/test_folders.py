@@ -125,3 +125,13 @@ def test_kill_at_any_moment_leaves_old_or_new_never_a_mix(tmp_path):
         for f in out.iterdir():  # back to the old contents for the next round
             f.write_text("old")
     assert "new" in outcomes  # the longest wait let a run finish
+
+
+def test_the_current_folder_or_one_above_it_is_refused(tmp_path, monkeypatch):
+    work = _folder(tmp_path / "work", **{"records.jsonl": "r"})
+    monkeypatch.chdir(work)
+    for out in (".", "..", str(work)):
+        with pytest.raises(DataError, match="is the current folder or holds it"):
+            with replace_folder(out, force=True):
+                raise AssertionError("not reached")
+    assert _contents(work) == {"records.jsonl": "r"}
