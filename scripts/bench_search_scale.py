@@ -173,22 +173,31 @@ def memory_mb() -> tuple[float, float]:
 
 # --- timing ------------------------------------------------------------------------------------
 
-def time_calls(fn, queries: list[str], batch: int, budget_s: float) -> dict:
-    """Per-call latency of fn(batch of queries) over the query list (cycled until budget_s)."""
-    lat = []
-    spent = 0.0
-    i = 0
-    while i < len(queries) and (spent < budget_s or len(lat) < 5):
+def time_systems(systems: dict, queries: list[str], batch: int, budget_s: float) -> dict:
+    """Per-call latency of every system on the same batches, the systems taking turns batch by
+    batch, so a load spike on the shared machine hits them alike. Wall time and this thread's
+    CPU time are both kept: on a machine shared with other jobs the CPU time is the steadier."""
+    wall: dict[str, list[float]] = {name: [] for name in systems}
+    cpu: dict[str, list[float]] = {name: [] for name in systems}
+    done, spent = 0, 0.0
+    for i in range(0, len(queries), batch):
         qs = queries[i : i + batch]
-        t0 = time.perf_counter()
-        fn(qs)
-        dt = time.perf_counter() - t0
-        lat.append(dt)
-        spent += dt
-        i += batch
-    done = min(i, len(queries))
-    arr = np.asarray(lat) * 1000
-    return {"p50_ms": float(np.percentile(arr, 50)), "p95_ms": float(np.percentile(arr, 95)), "qps": done / spent, "calls": len(lat)}
+        for name, fn in systems.items():
+            t0, c0 = time.perf_counter(), time.thread_time()
+            fn(qs)
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.thread_time() - c0)
+            spent += wall[name][-1]
+        done += len(qs)
+        if spent > budget_s * len(systems) and len(wall[name]) >= 5:
+            break
+    out = {}
+    for name in systems:
+        w, c = np.asarray(wall[name]) * 1000, np.asarray(cpu[name]) * 1000
+        out[name] = {"p50_ms": float(np.percentile(w, 50)), "p95_ms": float(np.percentile(w, 95)), "qps": done / (w.sum() / 1000),
+                     "cpu_p50_ms": float(np.percentile(c, 50)), "cpu_p95_ms": float(np.percentile(c, 95)),
+                     "cpu_qps": done / (c.sum() / 1000), "calls": len(w), "queries": done}
+    return out
 
 
 def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
@@ -237,24 +246,61 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
         systems["bm25s"] = lambda qs: model.retrieve([tokenizer.terms(q) or ["zzzz"] for q in qs], k=10, show_progress=False,
                                                      n_threads=1)
     for kind, qs in query_sets.items():
+        for fn in systems.values():  # warm up: page in the postings these queries touch
+            fn(qs[:50])
         for batch in (1, 32):
-            for name, fn in systems.items():  # one after the other per size, so load on the shared CPU hits all alike
-                res = time_calls(fn, qs, batch, args.budget_s)
-                key = f"{name}_b{batch}" + ("" if kind == "question" else "_uniform")
-                row[key] = res
-                print(f"  {n:>10,} {kind:<8} {name:<10} batch {batch:>2}: p50 {res['p50_ms']:8.2f} ms  "
-                      f"p95 {res['p95_ms']:8.2f} ms  {res['qps']:8.1f} q/s", flush=True)
+            results = time_systems(systems, qs, batch, args.budget_s)
+            for name, res in results.items():
+                row[f"{name}_b{batch}" + ("" if kind == "question" else "_uniform")] = res
+                print(f"  {n:>10,} {kind:<8} {name:<10} batch {batch:>2}: CPU p50 {res['cpu_p50_ms']:8.2f} ms  "
+                      f"p95 {res['cpu_p95_ms']:8.2f} ms  {res['cpu_qps']:7.1f} q/s | wall p50 {res['p50_ms']:8.2f} ms  "
+                      f"{res['qps']:7.1f} q/s", flush=True)
     rows.append(row)
     del index
 
 
 def fit(rows: list[dict], key: str) -> tuple[float, float] | None:
-    pts = [(r["n"], r[key]["p50_ms"]) for r in rows if key in r]
+    pts = [(r["n"], r[key]["cpu_p50_ms"]) for r in rows if key in r]
     if len(pts) < 2:
         return None
     x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
     slope, intercept = np.polyfit(x, y, 1)
     return float(slope), float(np.exp(intercept + slope * np.log(TARGET_N)))
+
+
+def report(rows: list[dict]) -> None:
+    """Markdown tables (CPU-time latency first: steadier on a shared machine) and the fits."""
+    rows = sorted(rows, key=lambda r: r["n"])
+    print()
+    print("| passages | distinct terms | build s | build peak anon MB | disk MB | loaded anon MB |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['n']:,} | {r['vocab']:,} | {r['build_s']:.0f} | {r['build_peak_anon_mb']:.0f} | {r['disk_mb']:.0f} | "
+              f"{r['load_anon_mb']:.0f} |")
+    for suffix, title in (("", "question-like queries (1-2 rare words + 2-5 others)"),
+                          ("_uniform", "uniform-word queries (3-8 words drawn uniformly: mostly frequent words)")):
+        print()
+        print(f"{title}, top-10; latency per query at batch 1 (CPU ms, then wall ms), q/s from CPU time")
+        print("| passages | MaxScore p50 / p95 | exhaustive p50 / p95 | bm25s p50 / p95 | MaxScore wall p50 | exhaustive wall p50 "
+              "| MaxScore q/s b1 / b32 | exhaustive q/s b1 / b32 | bm25s q/s b1 / b32 | MaxScore / exhaustive p50 |")
+        print("|" + "---|" * 10)
+        for r in rows:
+            ms, ex, b = r[f"maxscore_b1{suffix}"], r[f"exhaustive_b1{suffix}"], r.get(f"bm25s_b1{suffix}")
+            b32 = r.get(f"bm25s_b32{suffix}")
+            print(f"| {r['n']:,} | {ms['cpu_p50_ms']:.2f} / {ms['cpu_p95_ms']:.2f} | {ex['cpu_p50_ms']:.2f} / {ex['cpu_p95_ms']:.2f} | "
+                  + (f"{b['cpu_p50_ms']:.2f} / {b['cpu_p95_ms']:.2f}" if b else "not run")
+                  + f" | {ms['p50_ms']:.2f} | {ex['p50_ms']:.2f} | {ms['cpu_qps']:.0f} / {r[f'maxscore_b32{suffix}']['cpu_qps']:.0f} | "
+                  f"{ex['cpu_qps']:.0f} / {r[f'exhaustive_b32{suffix}']['cpu_qps']:.0f} | "
+                  + (f"{b['cpu_qps']:.0f} / {b32['cpu_qps']:.0f}" if b else "not run")
+                  + f" | {ms['cpu_p50_ms'] / ex['cpu_p50_ms']:.2f} |")
+        for name in ("maxscore", "exhaustive"):
+            f = fit(rows, f"{name}_b1{suffix}")
+            if f:
+                print(f"fit {name}{suffix}: CPU p50 ~ N^{f[0]:.2f}; extrapolated to {TARGET_N:,} passages: {f[1]:.1f} ms")
+        if len(rows) >= 2:
+            a, z = rows[0], rows[-1]
+            print(f"CPU p50 growth {a['n']:,} -> {z['n']:,}: MaxScore {z[f'maxscore_b1{suffix}']['cpu_p50_ms'] / a[f'maxscore_b1{suffix}']['cpu_p50_ms']:.1f}x, "
+                  f"exhaustive {z[f'exhaustive_b1{suffix}']['cpu_p50_ms'] / a[f'exhaustive_b1{suffix}']['cpu_p50_ms']:.1f}x")
 
 
 def main() -> None:
@@ -267,10 +313,14 @@ def main() -> None:
     parser.add_argument("--work", default=str(ROOT / "work" / "bench-scale"))
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--reuse", action="store_true", help="reuse indexes (and their build figures) from an earlier run")
+    parser.add_argument("--report", default=None, help="only print the tables of earlier --json files (comma-separated)")
     parser.add_argument("--build-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.build_child:
         build_child(*args.build_child)
+        return
+    if args.report:
+        report([row for f in args.report.split(",") for row in json.loads(Path(f).read_text())])
         return
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     print(f"machine: {os.cpu_count()} CPU cores; python {sys.version.split()[0]}; numpy {np.__version__}", flush=True)
@@ -288,40 +338,7 @@ def main() -> None:
             continue
         print(f"size {n:,}", flush=True)
         bench_size(n, args, rows)
-    print()
-    print("| passages | distinct terms | build s | build peak anon MB | disk MB | loaded anon MB | "
-          "MaxScore p50/p95 ms (b1) | exhaustive p50/p95 ms (b1) | bm25s p50 ms (b1) | MaxScore q/s b1 / b32 | "
-          "exhaustive q/s b1 / b32 | bm25s q/s b1 / b32 | MaxScore / exhaustive p50 |")
-    print("|" + "---|" * 13)
-    for r in rows:
-        ms, ex = r["maxscore_b1"], r["exhaustive_b1"]
-        b = r.get("bm25s_b1")
-        print(f"| {r['n']:,} | {r['vocab']:,} | {r['build_s']:.0f} | {r['build_peak_anon_mb']:.0f} | {r['disk_mb']:.0f} | "
-              f"{r['load_anon_mb']:.0f} | {ms['p50_ms']:.2f} / {ms['p95_ms']:.2f} | {ex['p50_ms']:.2f} / {ex['p95_ms']:.2f} | "
-              f"{b['p50_ms']:.2f} | " if b else "– | ", end="")
-        print(f"{ms['qps']:.0f} / {r['maxscore_b32']['qps']:.0f} | {ex['qps']:.0f} / {r['exhaustive_b32']['qps']:.0f} | "
-              + (f"{b['qps']:.0f} / {r['bm25s_b32']['qps']:.0f}" if b else "–")
-              + f" | {ms['p50_ms'] / ex['p50_ms']:.2f} |")
-    print()
-    print("uniform-word queries (3-8 words drawn uniformly from a passage: mostly frequent words)")
-    print("| passages | MaxScore p50/p95 ms (b1) | exhaustive p50/p95 ms (b1) | bm25s p50 ms (b1) | MaxScore q/s b32 | "
-          "exhaustive q/s b32 | MaxScore / exhaustive p50 |")
-    print("|" + "---|" * 7)
-    for r in rows:
-        ms, ex, b = r["maxscore_b1_uniform"], r["exhaustive_b1_uniform"], r.get("bm25s_b1_uniform")
-        print(f"| {r['n']:,} | {ms['p50_ms']:.2f} / {ms['p95_ms']:.2f} | {ex['p50_ms']:.2f} / {ex['p95_ms']:.2f} | "
-              + (f"{b['p50_ms']:.2f}" if b else "–") + f" | {r['maxscore_b32_uniform']['qps']:.0f} | "
-              f"{r['exhaustive_b32_uniform']['qps']:.0f} | {ms['p50_ms'] / ex['p50_ms']:.2f} |")
-    for key in ("maxscore_b1", "exhaustive_b1", "maxscore_b1_uniform", "exhaustive_b1_uniform"):
-        f = fit(rows, key)
-        if f:
-            print(f"fit {key}: p50 ∝ N^{f[0]:.2f}; extrapolated p50 at {TARGET_N:,} passages: {f[1]:.1f} ms")
-    if len(rows) >= 2:
-        for suffix in ("", "_uniform"):
-            growth = rows[-1][f"maxscore_b1{suffix}"]["p50_ms"] / rows[0][f"maxscore_b1{suffix}"]["p50_ms"]
-            old_growth = rows[-1][f"exhaustive_b1{suffix}"]["p50_ms"] / rows[0][f"exhaustive_b1{suffix}"]["p50_ms"]
-            print(f"{suffix.strip('_') or 'question'} queries: MaxScore p50 growth {rows[0]['n']:,} -> {rows[-1]['n']:,}: "
-                  f"{growth:.1f}x (exhaustive: {old_growth:.1f}x)")
+    report(rows)
     if skipped:
         print(f"not run (time cap {args.time_cap_min:.0f} min): {', '.join(f'{n:,}' for n in skipped)}")
     if args.json:
