@@ -36,7 +36,13 @@ def check_command(config: Path = _CONFIG, overrides: list[str] = _SET) -> None:
         cfg.check_trainer_fields()
     except ConfigError as exc:
         fail(exc, 2)
-    typer.echo(f"{config}: ok (model {cfg.model.path or '-'}, reward {cfg.reward.kind}, gamma {cfg.reward.gamma})")
+    r = cfg.rollout
+    typer.echo(f"{config}: ok (GRPO starts from {cfg.grpo_start()}, reward {cfg.reward.kind}, gamma {cfg.reward.gamma}; "
+               f"rollout: scope {r.scope}, topk {r.topk}, {r.passage_words} words, {r.max_searches} searches, "
+               f"{r.max_completion_tokens} tokens, metric {r.metric})")
+    warning = r.budget_warning()
+    if warning:
+        typer.echo(f"warning: {warning}")
 
 
 @app.command("sft")
