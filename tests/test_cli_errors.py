@@ -78,7 +78,8 @@ def test_read_json_names_the_file_for_every_failure(tmp_path):
         read_json(tmp_path)
 
 
-def test_cuda_device_on_a_cpu_only_torch_is_a_clear_error(tiny_model_dir):
+def test_cuda_device_on_a_cpu_only_torch_is_a_clear_error(tmp_path):
+    """The device is checked before any weights load, so a bare checkpoint folder is enough."""
     import torch
 
     from awarl.llm.base import BackendError
@@ -86,10 +87,13 @@ def test_cuda_device_on_a_cpu_only_torch_is_a_clear_error(tiny_model_dir):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA; the message is for CPU-only torch builds")
+    (tmp_path / "config.json").write_text("{}")
     with pytest.raises(BackendError, match=r"device 'cuda': this torch \(.*\) has no CUDA support"):
-        load_backend(str(tiny_model_dir), device="cuda")
+        load_backend(str(tmp_path), device="cuda")
+    with pytest.raises(BackendError, match=r"device 'cuda:1': this torch"):
+        load_backend(str(tmp_path), device="cuda:1")
     with pytest.raises(BackendError, match=r"unknown device 'gpu0'"):
-        load_backend(str(tiny_model_dir), device="gpu0")
+        load_backend(str(tmp_path), device="gpu0")
 
 
 def test_exported_model_card_names_the_base_model_only_when_known(tiny_model_dir, tmp_path):
