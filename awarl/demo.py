@@ -469,7 +469,7 @@ def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DE
 COLUMNS = {
     "precision": "correct / answered: how often an answer the agent gives is right (abstentions excluded)",
     "accuracy": "correct / all questions",
-    "RA-F1": "harmonic mean of precision and accuracy (DESIGN §7)",
+    "RA-F1": "harmonic mean of precision and accuracy, 2PA / (P + A)",
     "refusal": "abstained / all questions",
     "abstain-recall": "share of UNANSWERABLE questions the agent abstained on (higher is better)",
     "over-refusal": "share of ANSWERABLE questions the agent abstained on (lower is better)",

@@ -1,4 +1,4 @@
-"""Baseline rewards for abstaining, selected by ``RewardConfig.kind`` (DESIGN §6).
+"""Baseline rewards for abstaining, selected by ``RewardConfig.kind`` (docs/rewards.md, "Formulas").
 
 - ``static``: every abstention earns the same constant ``static_reward``;
 - ``ternary``: +1 correct, 0 abstain, −1 wrong or unparsable (the usual "don't guess" scheme);
