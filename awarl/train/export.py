@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from awarl.agent.settings import RECIPE_FILE, ROLLOUT_FILE
+
 log = logging.getLogger(__name__)
 
 
@@ -23,7 +25,7 @@ class ExportError(RuntimeError):
     """A checkpoint that cannot be exported; the message says what is missing."""
 
 
-SETTINGS_FILES = ("awarl_recipe.yaml", "rollout.json")
+SETTINGS_FILES = (RECIPE_FILE, ROLLOUT_FILE)
 """How the checkpoint was trained; copied into the export when the checkpoint (or the training
 output folder holding a ``checkpoint-N``) has them."""
 
@@ -100,7 +102,7 @@ def copy_settings(checkpoint: Path, out: Path) -> list[str]:
 
 def _recipe_base(folder: Path) -> str | None:
     """The ``model.path`` a copied recipe trained from, when it names one."""
-    recipe = folder / "awarl_recipe.yaml"
+    recipe = folder / RECIPE_FILE
     if not recipe.is_file():
         return None
     import yaml
