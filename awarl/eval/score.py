@@ -23,10 +23,12 @@ log = logging.getLogger(__name__)
 def load_eval_data(path: str | Path, dataset: str | None = None) -> list[QARecord]:
     """Records from a prepared ``records.jsonl`` or from an official data file of ``dataset``."""
     path = Path(path)
-    if path.suffix == ".jsonl" and path.exists():
+    if path.suffix == ".jsonl" and path.is_file():
         first = next(iter_jsonl(path), None)
         if first is not None and {"answers", "dataset"} <= set(first[1]):
             return load_records(path)
+        if first is None and dataset is None:
+            return []  # an empty records.jsonl: 0 records, which the caller warns about
     if dataset is None:
         raise DataError(path, "", "not a records.jsonl; pass --dataset to read it as an official file")
     return load_dataset_file(dataset, path)[0]

@@ -216,10 +216,11 @@ def test_empty_data_and_predictions_warn(tmp_path):
     data.write_text("")
     pred = tmp_path / "pred.jsonl"
     pred.write_text("")
-    out = _score(data, pred, "--dataset", "musique")
-    assert out.returncode == 0
-    assert "warning:" in out.stderr and "holds 0 records" in out.stderr
-    assert json.loads(out.stdout)["n"] == 0
+    for extra in ((), ("--dataset", "musique")):  # an empty prepared file, or an empty official one
+        out = _score(data, pred, *extra)
+        assert out.returncode == 0, out.stderr
+        assert "warning:" in out.stderr and "holds 0 records" in out.stderr
+        assert json.loads(out.stdout)["n"] == 0
 
 
 def test_unreadable_inputs_are_error_lines(sample_files, tmp_path):
