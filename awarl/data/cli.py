@@ -25,9 +25,15 @@ FORCE_HELP = "Replace an existing output folder (only one that holds nothing but
 
 
 def _write(out: Path, records: list[QARecord], passages: list[Passage], force: bool) -> tuple[int, int]:
-    with replace_folder(out, force=force, owned=OUTPUT_FILES) as staging:
-        n_rec = write_jsonl(staging / "records.jsonl", (r.to_dict() for r in records))
-        n_pas = write_jsonl(staging / "corpus.jsonl", (p.to_dict() for p in passages))
+    """Write both files into a staging folder and swap it in; a write failure (a full disk) is a
+    `DataError` on ``out`` saying that its previous contents are unchanged."""
+    try:
+        with replace_folder(out, force=force, owned=OUTPUT_FILES) as staging:
+            n_rec = write_jsonl(staging / "records.jsonl", (r.to_dict() for r in records))
+            n_pas = write_jsonl(staging / "corpus.jsonl", (p.to_dict() for p in passages))
+    except OSError as exc:
+        before = "its previous contents are unchanged" if out.exists() else "nothing was written"
+        raise DataError(out, "", f"could not write the output ({exc.strerror or exc}); {before}") from None
     return n_rec, n_pas
 
 
