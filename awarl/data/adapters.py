@@ -323,10 +323,18 @@ def load_hub(dataset: str, split: str = "validation", cache_dir: str | None = No
     same adapter on the rows written as the official local format."""
     import tempfile
 
-    from datasets import load_dataset
-
     name, config = HUB_NAMES[dataset]
-    rows = load_dataset(name, config, split=split, cache_dir=cache_dir)
+    where = f"hub:{name}"
+    try:
+        from datasets import load_dataset
+    except ImportError:
+        raise DataError(where, "", "loading from the hub needs the `datasets` package (pip install 'awarl[train]'); "
+                                   "or download the official file and pass --input") from None
+    try:
+        rows = load_dataset(name, config, split=split, cache_dir=cache_dir)
+    except (OSError, ValueError) as exc:  # offline, unknown split, missing data set: one clear line
+        raise DataError(where, "", f"cannot load split {split!r} ({exc}); this needs a network or the data set in "
+                                   "the local Hugging Face cache; or download the official file and pass --input") from None
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / ("data.json" if dataset in ("hotpotqa", "2wiki") else "data.jsonl")
         if target.suffix == ".json":

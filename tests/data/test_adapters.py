@@ -306,3 +306,15 @@ def test_write_jsonl_failure_leaves_target_and_no_temp_file(tmp_path):
         write_jsonl(target, rows())
     assert target.read_text() == '{"old": true}\n'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl"]
+
+
+def test_hub_load_offline_is_one_clear_error(tmp_path):
+    """Tests run with HF_HUB_OFFLINE=1 (conftest) and an empty cache: no network is touched."""
+    pytest.importorskip("datasets")
+    from awarl.data.adapters import load_hub
+
+    with pytest.raises(DataError) as info:
+        load_hub("hotpotqa", "validation", cache_dir=str(tmp_path))
+    message = str(info.value)
+    assert message.startswith("hub:hotpotqa/hotpot_qa: cannot load split 'validation'")
+    assert "pass --input" in message
