@@ -111,7 +111,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="250,500,1000,2000", help="Rule counts of the load-time table (comma-separated).")
     parser.add_argument("--repeats", type=int, default=3, help="Repeats per load time (the best is shown).")
     parser.add_argument("--no-lint", action="store_true", help="Skip the lint table (about a minute).")
+    parser.add_argument("--only-large", action="store_true", help="Only the load-time and lint tables.")
     args = parser.parse_args()
+    if args.only_large:
+        load_table([int(n) for n in args.sizes.split(",") if n.strip()], args.repeats)
+        if not args.no_lint:
+            lint_table()
+        return
 
     start = time.perf_counter()
     policy = load_policy(POLICY)
@@ -193,18 +199,20 @@ def one_check(path: Path) -> None:
     Reasoner(policy).check_expressions(["(= employment_type full_time)", "(= tenure_months 14)", "(= weekly_hours 40)"], ["eligible_dental_0"])
 
 
-def best_ms(fn, arg, repeats: int) -> float:
+def best_ms(fn, arg, repeats: int) -> tuple[float, float]:
+    """(wall ms, CPU ms) of the fastest of ``repeats`` runs. CPU time is what the work costs on a
+    machine shared with other jobs, where wall time also counts the waiting."""
     out = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         fn(arg)
-        out.append((time.perf_counter() - start) * 1000)
+        out.append(((time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000))
     return min(out)
 
 
 def load_table(sizes: list[int], repeats: int) -> None:
-    print("\n| rules | variables | YAML MB | previous load ms | load ms (awarl) | speed-up | load + reasoner + 1 finding ms |")
-    print("|------:|----------:|--------:|-----------------:|----------------:|---------:|-------------------------------:|")
+    print("\n| rules | variables | YAML MB | previous load ms (CPU) | load ms (CPU), awarl | speed-up (CPU) | load + reasoner + 1 finding ms (CPU) |")
+    print("|------:|----------:|--------:|-----------------------:|---------------------:|---------------:|-------------------------------------:|")
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             definition = large_policy(n)
@@ -212,9 +220,10 @@ def load_table(sizes: list[int], repeats: int) -> None:
             path.write_text(yaml.safe_dump(definition, sort_keys=False, width=200), encoding="utf-8")
             old = best_ms(previous_load, path, 1 if n >= 1000 else repeats)
             new = best_ms(load_policy, path, repeats)
-            check_ms = best_ms(one_check, path, repeats)
+            check = best_ms(one_check, path, repeats)
             mb = path.stat().st_size / 1e6
-            print(f"| {n:5d} | {len(definition['variables']):9d} | {mb:7.2f} | {old:16.0f} | {new:15.0f} | {old / new:7.1f}x | {check_ms:30.0f} |", flush=True)
+            print(f"| {n:5d} | {len(definition['variables']):9d} | {mb:7.2f} | {old[0]:12.0f} ({old[1]:6.0f}) | {new[0]:10.0f} ({new[1]:6.0f}) |"
+                  f" {old[1] / new[1]:13.1f}x | {check[0]:25.0f} ({check[1]:6.0f}) |", flush=True)
 
 
 def previous_lint(policy: Policy) -> int:
@@ -243,17 +252,13 @@ def previous_lint(policy: Policy) -> int:
 
 
 def lint_table() -> None:
-    print("\n| policy                   | rules | previous pairwise lint s | lint s (awarl) | speed-up |")
-    print("|--------------------------|------:|-------------------------:|---------------:|---------:|")
+    print("\n| policy                   | rules | previous pairwise lint s (CPU) | lint s (CPU), awarl | speed-up (CPU) |")
+    print("|--------------------------|------:|-------------------------------:|--------------------:|---------------:|")
     for name, policy in (("benefits.yaml", load_policy(POLICY)), ("benefits x2 (250 rules)", policy_from_dict(large_policy(250)))):
-        start = time.perf_counter()
-        previous_lint(policy)
-        old = time.perf_counter() - start
-        start = time.perf_counter()
-        issues = lint(policy, budget_s=None)
-        new = time.perf_counter() - start
-        assert not [i for i in issues if i.kind == "too_complex"]
-        print(f"| {name:<24} | {len(policy.rules):5d} | {old:24.1f} | {new:14.1f} | {old / new:7.1f}x |", flush=True)
+        old = best_ms(previous_lint, policy, 1)
+        new = best_ms(lambda p: lint(p, budget_s=None), policy, 1)
+        print(f"| {name:<24} | {len(policy.rules):5d} | {old[0] / 1000:21.1f} ({old[1] / 1000:5.1f}) |"
+              f" {new[0] / 1000:11.1f} ({new[1] / 1000:5.1f}) | {old[1] / new[1]:13.1f}x |", flush=True)
 
 
 if __name__ == "__main__":
