@@ -175,7 +175,7 @@ def memory_mb() -> tuple[float, float]:
 
 def time_systems(systems: dict, queries: list[str], batch: int, budget_s: float) -> dict:
     """Per-call latency of every system on the same batches, the systems taking turns batch by
-    batch, so a load spike on the shared machine hits them alike. Wall time and this thread's
+    batch, so a load spike on the shared machine hits them alike. Wall time and this process's
     CPU time are both kept: on a machine shared with other jobs the CPU time is the steadier."""
     wall: dict[str, list[float]] = {name: [] for name in systems}
     cpu: dict[str, list[float]] = {name: [] for name in systems}
@@ -183,10 +183,10 @@ def time_systems(systems: dict, queries: list[str], batch: int, budget_s: float)
     for i in range(0, len(queries), batch):
         qs = queries[i : i + batch]
         for name, fn in systems.items():
-            t0, c0 = time.perf_counter(), time.thread_time()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn(qs)
             wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.thread_time() - c0)
+            cpu[name].append(time.process_time() - c0)
             spent += wall[name][-1]
         done += len(qs)
         if spent > budget_s * len(systems) and len(wall[name]) >= 5:
