@@ -1,7 +1,6 @@
 """`replace_folder`: a prepared folder is replaced whole or not at all, and a crash at any step of
 the swap is finished or undone at the next start."""
 
-import os
 import subprocess
 import sys
 
