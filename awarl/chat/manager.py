@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -179,10 +180,13 @@ class ThreadManager:
         return t
 
     def get(self, thread_id: str) -> dict[str, Any]:
-        d = self.store.thread_json(thread_id)
-        if d is None:
+        return json.loads(self.get_raw(thread_id))
+
+    def get_raw(self, thread_id: str) -> str:
+        raw = self.store.thread_raw(thread_id)
+        if raw is None:
             raise ChatError(404, "thread_not_found", f"no thread {thread_id!r}")
-        return d
+        return raw
 
     def answer(self, thread_id: str, answers: list[str | None], skipped: bool, reason: str | None = None) -> Thread:
         with self._lock_for(thread_id):

@@ -61,6 +61,8 @@ class Store:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         with self._lock:
@@ -68,8 +70,23 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
 
+    def _reader(self) -> sqlite3.Connection:
+        """A read-only connection of the calling thread: API reads run beside the workers' writes
+        (WAL) instead of queueing behind the writer's lock."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=30.0)
+            conn.row_factory = sqlite3.Row
+            self._local.conn = conn
+            with self._lock:
+                self._readers.append(conn)
+        return conn
+
     def close(self) -> None:
         with self._lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
             self._db.close()
 
     @contextmanager
@@ -102,9 +119,13 @@ class Store:
         return Thread.from_dict(json.loads(row["data"])) if row else None
 
     def thread_json(self, thread_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._db.execute("SELECT data FROM threads WHERE id=?", (thread_id,)).fetchone()
-        return json.loads(row["data"]) if row else None
+        raw = self.thread_raw(thread_id)
+        return json.loads(raw) if raw is not None else None
+
+    def thread_raw(self, thread_id: str) -> str | None:
+        """The thread's stored JSON text, as is (the API sends it without decoding and re-encoding)."""
+        row = self._reader().execute("SELECT data FROM threads WHERE id=?", (thread_id,)).fetchone()
+        return row["data"] if row else None
 
     def list_threads(self, limit: int = 100, status: str | None = None) -> list[dict[str, Any]]:
         """Newest first, as summaries (no iterations)."""

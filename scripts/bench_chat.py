@@ -1,0 +1,234 @@
+"""Chat server speed: API latency, threads/s and where the time goes, at 1, 10 and 50 concurrent threads.
+
+The server is the real app (FastAPI + uvicorn on 127.0.0.1, SQLite, Z3 checks on the shipped
+pricing policy); only the model is scripted and fast, so the numbers measure the chatbot, not
+a model. Half of the questions start with a wrong answer and go through one rewrite.
+
+The server runs in its own process (as `awarl chat serve` does); each client thread submits a
+thread (POST /api/chat) and polls GET /api/thread/{id} every ``--poll`` seconds until it completes,
+then submits the next. Baseline, same run: the same threads through ThreadManager in process (no
+HTTP, no polling), which bounds what the API can reach.
+
+    python scripts/bench_chat.py [--threads 60] [--workers 2] [--levels 1,10,50] [--poll 0.4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import asyncio
+import multiprocessing
+import os
+import re
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+import uvicorn  # noqa: E402
+
+from awarl.chat.app import create_app  # noqa: E402
+from awarl.chat.config import ChatSettings  # noqa: E402
+from awarl.chat.generate import ScriptedGenerator  # noqa: E402
+from awarl.chat.manager import ThreadManager  # noqa: E402
+
+PRICING = ROOT / "configs" / "policies" / "pricing.yaml"
+
+
+def generator() -> ScriptedGenerator:
+    def answer(q, n):
+        k = int(re.search(r"#(\d+)", q).group(1))
+        return f"<answer>Order #{k}: as a gold member you get {10 if k % 2 else 15}% off.</answer>"
+
+    def rewrite(p, n):
+        k = re.search(r"#(\d+)", p).group(1)
+        return f"DECISION: REWRITE\nANSWER: Order #{k}: as a gold member you get 15% off."
+
+    return ScriptedGenerator(answer, rewrite)
+
+
+def prompt(k: int) -> str:
+    return f"I am a gold member buying regular-priced item #{k} for $80. What discount do I get?"
+
+
+def settings(folder: Path, workers: int) -> ChatSettings:
+    return ChatSettings(policy=str(PRICING), generator="scripted", db=str(folder / "chat.sqlite"),
+                        audit=str(folder / "audit.jsonl"), workers=workers)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def serve(folder: str, workers: int, port: int) -> None:
+    """The server process: the real app with the scripted generator, on loopback."""
+    app = create_app(settings(Path(folder), workers), generators={"scripted": generator()})
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection doing the least client-side work per request. httpx's async
+    client, tried first, spent more time queueing requests than the server spent answering them at 50
+    connections on this machine, which measured the client, not the server."""
+
+    def __init__(self, port: int):
+        self.port = port
+
+    async def open(self) -> "Conn":
+        self.r, self.w = await asyncio.open_connection("127.0.0.1", self.port)
+        return self
+
+    async def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else b""
+        head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n")
+        self.w.write(head.encode() + data)
+        status = int((await self.r.readline()).split()[1])
+        length = 0
+        while (line := await self.r.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        return status, json.loads(await self.r.readexactly(length))
+
+    def close(self) -> None:
+        self.w.close()
+
+
+def run_api(port: int, n: int, concurrency: int, offset: int, poll: float) -> dict:
+    """``concurrency`` clients, each on its own connection, on one asyncio loop."""
+    gets, posts, e2e, threads = [], [], [], []
+
+    async def client(ids: list[int]) -> None:
+        c = await Conn(port).open()
+        try:
+            for k in ids:
+                t0 = time.perf_counter()
+                status, body = await c.request("POST", "/api/chat", {"prompt": prompt(k)})
+                posts.append(time.perf_counter() - t0)
+                if status != 200:
+                    raise RuntimeError(f"POST /api/chat: {status} {body}")
+                while True:
+                    g0 = time.perf_counter()
+                    t = (await c.request("GET", f"/api/thread/{body['thread_id']}"))[1]["thread"]
+                    gets.append(time.perf_counter() - g0)
+                    if t["status"] != "PROCESSING":
+                        break
+                    await asyncio.sleep(poll)
+                e2e.append(time.perf_counter() - t0)
+                threads.append(t)
+        finally:
+            c.close()
+
+    async def main() -> None:
+        ids = list(range(offset, offset + n))
+        await asyncio.gather(*(client(ids[i::concurrency]) for i in range(concurrency)))
+
+    started = time.perf_counter()
+    asyncio.run(main())
+    return summarize(threads, time.perf_counter() - started, n, gets=gets, posts=posts, e2e=e2e)
+
+
+def run_inprocess(manager: ThreadManager, n: int, concurrency: int, offset: int) -> dict:
+    e2e, threads = [], []
+    lock = threading.Lock()
+
+    def client(ids: list[int]) -> None:
+        for k in ids:
+            t0 = time.perf_counter()
+            t = manager.wait(manager.submit(prompt(k)).id, timeout=120, interval=0.005)
+            with lock:
+                e2e.append(time.perf_counter() - t0)
+                threads.append(t)
+
+    ids = list(range(offset, offset + n))
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(client, [ids[i::concurrency] for i in range(concurrency)]))
+    return summarize(threads, time.perf_counter() - started, n, e2e=e2e)
+
+
+def summarize(threads: list[dict], wall: float, n: int, gets=(), posts=(), e2e=()) -> dict:
+    ok = [t for t in threads if t["status"] == "COMPLETED" and t["badge"] == "VALID"]
+    mixed = [t for t in ok if re.search(r"#(\d+)", t["prompt"]).group(1) != re.search(r"#(\d+)", t["final_response"]).group(1)]
+    solver = sum(i["solver_s"] for t in threads for i in t["iterations"])
+    validate = sum(i["validate_s"] for t in threads for i in t["iterations"])
+    return {"completed": len(ok), "lost": n - len(threads), "mixed": len(mixed), "wall": wall, "threads_s": len(ok) / wall,
+            "get_p50": pct(list(gets), 0.5), "get_p95": pct(list(gets), 0.95), "post_p95": pct(list(posts), 0.95),
+            "e2e_p50": pct(list(e2e), 0.5), "e2e_p95": pct(list(e2e), 0.95), "gets": len(gets),
+            "solver_share": solver / sum(e2e) if e2e else float("nan"), "validate_s": validate / max(1, len(threads))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=60, help="Threads per concurrency level.")
+    ap.add_argument("--workers", type=int, default=2, help="Server worker threads (default: one per core here).")
+    ap.add_argument("--levels", default="1,10,50", help="Concurrent clients, comma-separated.")
+    ap.add_argument("--poll", type=float, default=0.4, help="Seconds between a client's GETs of its thread (the web UI polls every 0.4 s).")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    load = os.getloadavg()[0]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base_dir = Path(tmp) / "baseline"
+        m = ThreadManager(settings(base_dir, args.workers), generators={"scripted": generator()}).start()
+        try:
+            run_inprocess(m, 4, 1, 10_000)  # warm-up: policy loading, first Z3 contexts
+            for level in levels:
+                rows.append(("in-process (baseline)", level, run_inprocess(m, args.threads, level, 20_000 + 1000 * level)))
+        finally:
+            m.close()
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        server = multiprocessing.get_context("spawn").Process(target=serve, args=(str(Path(tmp) / "api"), args.workers, port))
+        server.start()
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    if time.monotonic() > deadline or not server.is_alive():
+                        raise SystemExit("the chat server did not start")
+                    time.sleep(0.1)
+            run_api(port, 4, 1, 30_000, args.poll)  # warm-up
+            for level in levels:
+                rows.append(("REST API, uvicorn loopback", level, run_api(port, args.threads, level, 40_000 + 1000 * level, args.poll)))
+        finally:
+            server.terminate()
+            server.join(timeout=10)
+
+    ms = lambda x: "-" if x != x else f"{1000 * x:.1f}"  # noqa: E731 (nan -> "-")
+    print(f"threads per level: {args.threads}; server workers: {args.workers}; clients poll every {args.poll}s; "
+          f"policy: pricing (10 rules); half the threads need one rewrite; load average before: {load:.1f}")
+    header = ("path", "concurrent", "completed", "lost", "mixed", "threads/s", "GET p50 ms", "GET p95 ms", "POST p95 ms",
+              "thread p50 ms", "thread p95 ms", "validate ms/thread", "solver share")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for name, level, r in rows:
+        print(f"| {name} | {level} | {r['completed']}/{args.threads} | {r['lost']} | {r['mixed']} | {r['threads_s']:.1f} | "
+              f"{ms(r['get_p50'])} | {ms(r['get_p95'])} | {ms(r['post_p95'])} | {ms(r['e2e_p50'])} | {ms(r['e2e_p95'])} | "
+              f"{ms(r['validate_s'])} | {100 * r['solver_share']:.0f}% |")
+    api = [r for name, _, r in rows if name.startswith("REST")]
+    worst = max(r["get_p95"] for r in api)
+    print(f"\nTarget p95 GET /api/thread/{{id}} < 100 ms: {'met' if worst < 0.1 else 'MISSED'} (worst {ms(worst)} ms); "
+          f"every thread completed: {all(r['completed'] == args.threads for _, _, r in rows)}")
+
+
+if __name__ == "__main__":
+    main()
