@@ -143,3 +143,25 @@ def test_no_command_shows_a_value_placeholder_on_a_flag():
     assert out.returncode == 0, out.stderr
     count, bad = out.stdout.split(" ", 1)
     assert int(count) > 30 and bad.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize(
+    "metrics,message",
+    [
+        ({"per_dataset": {"h": {"precision": "high"}}, "macro": {}},
+         "per_dataset['h'], field 'precision': expected a number or null, got a string"),
+        ({"per_dataset": {}, "macro": {"ra_f1": [1]}}, "macro, field 'ra_f1': expected a number or null, got a list"),
+        ({"per_dataset": {}, "macro": {}, "settings": {"rollout": "closed"}},
+         "field 'settings.rollout': expected an object, got a string"),
+        ({"per_dataset": {}, "macro": {}, "recipe": 3}, "field 'recipe': expected an object, got a number"),
+    ],
+)
+def test_report_names_damaged_metric_values(tmp_path, metrics, message):
+    from awarl.eval.report import build_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(DataError) as info:
+        build_report([run], tmp_path / "report")
+    assert str(info.value) == f"{run / 'metrics.json'}, {message}"

@@ -59,6 +59,13 @@ def load_run(path: str | Path) -> RunSummary:
     for name, value in metrics["per_dataset"].items():
         if not isinstance(value, dict):
             raise DataError(metrics_path, f"per_dataset[{name!r}]", f"expected an object, got {json_type(value)}")
+    _check_numbers(metrics_path, metrics)
+    for key, inner in (("settings", None), ("settings", "rollout"), ("recipe", None)):
+        value = metrics.get(key)
+        if inner is not None and isinstance(value, dict):
+            key, value = f"{key}.{inner}", value.get(inner)
+        if value is not None and not isinstance(value, dict):
+            raise DataError(metrics_path, "", f"expected an object, got {json_type(value)}", key)
     traj_path = path / "trajectories.jsonl"
     rows = [row for _, row in iter_jsonl(traj_path)] if traj_path.exists() else []
     for n, row in enumerate(rows, start=1):
@@ -66,6 +73,17 @@ def load_run(path: str | Path) -> RunSummary:
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float))):
             raise DataError(traj_path, f"row {n}", f"expected a number or null, got {json_type(p)}", "p")
     return RunSummary(metrics.get("name") or path.name, path, metrics, refusal_by_decile(rows))
+
+
+def _check_numbers(metrics_path: Path, metrics: dict[str, Any]) -> None:
+    """The table's columns must be numbers (or null) in every data set and the macro average, so a
+    damaged file is named here instead of failing inside number formatting."""
+    sections = [(f"per_dataset[{name!r}]", m) for name, m in metrics["per_dataset"].items()]
+    for where, section in [*sections, ("macro", metrics["macro"])]:
+        for key in ("n", *(k for k, _ in COLUMNS)):
+            value = section.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise DataError(metrics_path, where, f"expected a number or null, got {json_type(value)}", key)
 
 
 def refusal_by_decile(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
