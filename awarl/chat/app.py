@@ -68,7 +68,6 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         manager.start()
-        log.info("awarl chat: %s", settings.mode_note or f"serving {manager.runtime['generator']}")
         try:
             yield
         finally:

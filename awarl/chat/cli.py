@@ -45,7 +45,6 @@ def serve(
 
     from awarl.chat.app import create_app
 
-    logging.getLogger("awarl.chat").info("%s", settings.mode_note or f"serving {settings.generator}")
     typer.echo(f"awarl chat on http://{settings.host}:{settings.port}/ — {settings.mode_note or settings.generator}")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
 

@@ -111,7 +111,7 @@ class Loop:
     def _generate_initial(self, t: Thread) -> None:
         if t.given_answer is not None:
             t.iterations.append(Iteration(index=0, type="given", prompt=t.prompt, answer=t.given_answer))
-            self._set_answer(t, t.given_answer, [])
+            self._set_answer(t, t.given_answer, _citations(t.given_answer))  # its cited passages are evidence too
             t.state = State.VALIDATE
             return
         question = self.prompts.agent_question(t.prompt, t.clarifications, self.validator.corrections.block(t.prompt))

@@ -127,3 +127,16 @@ def test_verify_and_resample_with_the_tiny_world_agent(make_manager, tmp_path, t
             assert t["iterations"][-1]["findings"] == []  # an abstention is never checked into a guess
         if t["exit"] == "VALID_RESPONSE":
             assert t["iterations"][-1]["search"]["citations"]  # a valid world answer rests on cited passages
+
+
+def test_validate_only_checks_a_given_answer_with_its_cited_evidence(make_manager, world_dir, world_q):
+    q, wrong, ids = world_q
+    cites = " ".join(f"[{i}]" for i in ids)
+    m = world_manager(make_manager, world_dir, None)
+    assert m.config()["mode"] == "validate-only"
+    right = m.wait(m.submit(q.question, f"<answer>{q.answer}</answer> {cites}").id)
+    assert (right["exit"], right["badge"]) == ("VALID_RESPONSE", "VALID") and len(right["cited"]) == len(ids)
+    bad = m.wait(m.submit(q.question, f"<answer>{wrong}</answer> {cites}").id)
+    assert bad["badge"] == "INVALID" and "no agent to rewrite" in bad["warning"]
+    bare = m.wait(m.submit(q.question, q.answer).id)  # no citations: no evidence, so the right country is not proved
+    assert bare["badge"] == "SATISFIABLE"
