@@ -72,6 +72,8 @@ def test_check_with_the_llm_translator_and_citation_gates(runner, chat_server, t
 def test_check_errors_are_clear(runner, tmp_path):
     out = runner.invoke(app, ["verify", "check", "--policy", PRICING, "--claim", "(= discount 15)"])
     assert out.exit_code == 2 and "claim 0: unknown variable 'discount'" in out.output
+    out = runner.invoke(app, ["verify", "check", "--policy", PRICING, "--premise", "(= is_sale_item 1)", "--claim", "(= discount_percent 0)"])
+    assert out.exit_code == 2 and "premise 0: type mismatch: '=' compares bool 'is_sale_item' with int '1'" in " ".join(out.output.split())
     out = runner.invoke(app, ["verify", "check", "--policy", str(tmp_path / "none.yaml"), "--claim", "x"])
     assert out.exit_code == 2 and "file not found" in out.output
     out = runner.invoke(app, ["verify", "check", "--policy", PRICING])
