@@ -1,7 +1,8 @@
 """The web UI in a real headless Chromium (Debian's package, driven by Playwright; no browser
 download): ask a world question, see the answer's badge, open the debug panel and the proof,
-switch policy in the config panel, answer a clarifying question. Saves a screenshot
-(``$AWARL_CHAT_SCREENSHOT``, default under the test's temp folder)."""
+switch policy in the config panel, answer a clarifying question, end a thread INVALID after max
+rewrites and decide its review on the review page. Saves screenshots (``$AWARL_CHAT_SCREENSHOT``
+and ``*_reviews.png`` beside it, default under the test's temp folder)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def server(tmp_path, world_dir, world):
     cites = " ".join(f"[{i}]" for i in world.supporting(q))
 
     def answer(text, n):
-        if "gold member" in text:
+        if "member" in text:
             return "<answer>You get 15% off your order.</answer>"
         return f"<answer>{wrong}</answer> {cites}"
 
@@ -105,6 +106,22 @@ def test_ask_see_badge_debug_proof_and_answer_a_question(server, tmp_path):
             form.get_by_test_id("answer-submit").click()
             expect(second.get_by_test_id("badge")).to_have_text("VALID", timeout=20000)
             page.screenshot(path=str(shot), full_page=True)
+
+            # no rewrites allowed: a wrong answer ends "INVALID after max rewrites" and waits for review
+            page.fill("#cfg-max", "0")
+            page.click("#cfg-save")
+            page.fill("#prompt", "I am not a member and I have no coupon. What discount do I get?")
+            page.click("#send")
+            third = page.locator(".msg.bot").nth(2)
+            expect(third.get_by_test_id("badge")).to_have_text("INVALID after max rewrites", timeout=20000)
+            expect(third.get_by_test_id("warning")).to_contain_text("after 0 rewrite(s)")
+            page.click("#tab-reviews")
+            review = page.locator(".review").first
+            expect(review).to_contain_text("max_iterations")
+            review.locator("textarea").fill("Non-members without a coupon get no discount.")
+            review.get_by_test_id("review-submit").click()
+            expect(page.locator(".review").first).to_contain_text("correction: Non-members without a coupon get no discount.")
+            page.screenshot(path=str(shot.with_name(shot.stem + "_reviews.png")), full_page=True)
         finally:
             browser.close()
     assert shot.exists() and shot.stat().st_size > 10_000
