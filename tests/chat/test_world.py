@@ -117,6 +117,7 @@ def test_verify_and_resample_with_the_tiny_world_agent(make_manager, tmp_path, t
         assert t["status"] == "COMPLETED", t.get("error")
         first = t["iterations"][0]
         assert first["type"] == "initial" and first["search"]["queries"], first  # it searched
+        assert len(first["search"]["queries"]) <= 2  # under the rollout settings saved with it (max_searches 2)
         resamples = [i for i in t["iterations"] if i["type"] == "resample"]
         assert t["rewrites"] == len(resamples) <= 2
         for it in resamples:

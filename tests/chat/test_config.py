@@ -1,0 +1,121 @@
+"""Chat configs: bad files name the file and the key; the CLI reports them without a traceback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from awarl.chat.config import ChatConfigError, load_chat_config
+from awarl.chat.generate import ScriptedGenerator
+from awarl.chat.loop import Loop
+from awarl.chat.prompts import Prompts
+from awarl.chat.thread import Thread
+from awarl.chat.validate import Validator
+from awarl.cli import app
+from awarl.verify.translate import PatternTranslator
+
+from .conftest import GOLD_80, PRICING, ROOT
+
+
+def write(tmp_path, data) -> str:
+    path = tmp_path / "chat.yaml"
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return str(path)
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"policy": str(PRICING), "max_iteration": 3}, "unknown key(s) ['max_iteration']"),
+    ({"generator": "hf:x"}, "key 'policy': missing"),
+    ({"policy": "nope.yaml"}, "key 'policy': nope.yaml does not exist"),
+    ({"policy": str(PRICING), "decisions": "maybe"}, "decisions must be auto, on or off"),
+    ({"policy": str(PRICING), "max_questions": 9}, "max_questions must be in [1, 5]"),
+    ("- just\n- a list\n", "expected a mapping of settings"),
+    ("policy: [unclosed\n", "not valid YAML"),
+])
+def test_bad_configs_name_the_file_and_the_problem(tmp_path, data, message):
+    path = write(tmp_path, data)
+    with pytest.raises(ChatConfigError) as err:
+        load_chat_config(path)
+    assert path in str(err.value) and message in str(err.value)
+
+
+def test_shipped_chat_configs_load_or_name_their_missing_inputs():
+    for name in ("pricing", "benefits"):
+        s = load_chat_config(ROOT / "configs" / "chat" / f"{name}.yaml")
+        assert s.policy_name == name and s.generator is None and "Validate-only" in s.mode_note
+    with pytest.raises(ChatConfigError, match="runs/demo/world/policy.yaml does not exist"):
+        load_chat_config(ROOT / "configs" / "chat" / "world.yaml")
+
+
+def test_cli_reports_a_bad_config_without_a_traceback(tmp_path):
+    result = CliRunner().invoke(app, ["chat", "serve", "--config", write(tmp_path, {"policy": str(PRICING), "oops": 1})])
+    assert result.exit_code == 2 and "unknown key(s) ['oops']" in result.output and "Traceback" not in result.output
+
+
+class Flaky:
+    """A translator whose endpoint fails ``failures`` times first (as an LLM translator's may)."""
+
+    def __init__(self, failures: int):
+        self.failures, self.inner = failures, PatternTranslator()
+
+    def translate(self, question, answer, policy):
+        if self.failures > 0:
+            self.failures -= 1
+            raise RuntimeError("translator endpoint: 503 Service Unavailable")
+        return self.inner.translate(question, answer, policy)
+
+
+def test_validation_retries_with_backoff_then_succeeds_or_ends_in_error():
+    from awarl.chat.loop import LoopSettings
+
+    gen = ScriptedGenerator(lambda q, n: "<answer>As a gold member you get 15% off.</answer>", None)
+    settings = LoopSettings(retries=3, backoff_s=0.01)
+    ok = Loop(Validator(PRICING, translator=Flaky(2)), gen, Prompts(), settings).run(Thread.new(GOLD_80, generator="s"))
+    assert ok.badge.value == "VALID"
+    down = Loop(Validator(PRICING, translator=Flaky(5)), gen, Prompts(), settings).run(Thread.new(GOLD_80, generator="s"))
+    assert down.badge.value == "ERROR" and "validation of thread" in down.error and "after 3 attempt(s)" in down.error
+
+
+class Judge(BaseHTTPRequestHandler):
+    verdict = "YES"
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({"id": "x", "object": "chat.completion", "model": "judge",
+                           "choices": [{"index": 0, "message": {"role": "assistant", "content": type(self).verdict},
+                                        "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("verdict,queued", [("YES", 0), ("NO", 1)])
+def test_a_second_judge_cross_checks_borderline_citations(make_manager, world_dir, world, verdict, queued):
+    handler = type("ScriptedJudge", (Judge,), {"verdict": verdict})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        q = next(q for q in world.questions if q.answerable and q.relation == "born")
+        cites = " ".join(f"[{i}]" for i in world.supporting(q))
+        gen = ScriptedGenerator(lambda text, n: f"<answer>{q.answer}, known for poets</answer> {cites}", None)
+        m = make_manager(gen, policy=str(world_dir / "policy.yaml"), corpus=str(world_dir / "corpus.jsonl"),
+                         second_judge=f"openai:http://127.0.0.1:{httpd.server_address[1]}/v1#judge")
+        m.wait(m.submit(q.question).id)
+        reviews = m.reviews()
+        assert len(reviews) == queued
+        if queued:
+            assert reviews[0]["data"]["second_judge"] == "NO"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
