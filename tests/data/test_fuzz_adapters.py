@@ -8,6 +8,7 @@ never a traceback of another exception type.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ from awarl.data.adapters import DATASETS, load_dataset_file
 from awarl.data.records import DataError, load_corpus, load_records, passage_id
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 150 examples keep the suite fast; AWARL_FUZZ_EXAMPLES=2000 runs a deeper search locally.
+FUZZ = settings(max_examples=int(os.environ.get("AWARL_FUZZ_EXAMPLES", "150")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 def _small_samples() -> dict[str, bytes]:

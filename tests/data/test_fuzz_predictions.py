@@ -8,6 +8,7 @@ object, HotpotQA's official JSON, MuSiQue's JSONL) either read and score correct
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,9 @@ from awarl.eval.predictions import Prediction, load_predictions, match_predictio
 from awarl.protocol import exact_match, score
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 150 examples keep the suite fast; AWARL_FUZZ_EXAMPLES=2000 runs a deeper search locally.
+FUZZ = settings(max_examples=int(os.environ.get("AWARL_FUZZ_EXAMPLES", "150")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 RECORDS = load_dataset_file("hotpotqa", SAMPLES / "hotpotqa_dev_distractor_sample.json")[0][:4]
 GOLD = {r.id: r.answers[0] for r in RECORDS}
 
