@@ -101,8 +101,12 @@ class Checked:
 @dataclass(frozen=True)
 class _Typed:
     sort: str
-    text: str
+    node: Node  # rendered only for an error message: rendering every subterm doubled the cost
     numeral: bool = False  # an int numeral, usable as a real
+
+    @property
+    def text(self) -> str:
+        return show(self.node)
 
     def describe(self) -> str:
         return f"{self.sort} {self.text!r}"
@@ -136,7 +140,7 @@ class _Checker:
                 raise SmtError("bad SMT-LIB: '!' needs a term to annotate")
             return self.term(args[0], scope)
         if head in OPERATORS and head not in ("true", "false"):
-            return self.apply(head, [self.term(a, scope) for a in args], show(node))
+            return self.apply(head, [self.term(a, scope) for a in args], node)
         if head in scope or head in self.sig.variables or head in self.sig.values:
             raise SmtError(f"bad SMT-LIB: {head!r} is a name, not an operator, in {show(node)!r}")
         raise SmtError(f"bad SMT-LIB: unknown operator {head!r} in {show(node)!r}")
@@ -166,59 +170,59 @@ class _Checker:
         raise SmtError(f"unknown variable {tok!r}")
 
     # -- operators -------------------------------------------------------------------------
-    def apply(self, op: str, args: list[_Typed], text: str) -> _Typed:
+    def apply(self, op: str, args: list[_Typed], node: list) -> _Typed:
         if op in ("and", "or"):
             self.arity(op, args, 1)
             self.booleans(op, args)
-            return _Typed(BOOL, text)
+            return _Typed(BOOL, node)
         if op in ("xor", "=>"):
             self.arity(op, args, 2)
             self.booleans(op, args)
-            return _Typed(BOOL, text)
+            return _Typed(BOOL, node)
         if op == "not":
             self.arity(op, args, 1, 1)
             self.booleans(op, args)
-            return _Typed(BOOL, text)
+            return _Typed(BOOL, node)
         if op in ("=", "distinct"):
             self.arity(op, args, 2)
             self.same_sort(op, args)
-            return _Typed(BOOL, text)
+            return _Typed(BOOL, node)
         if op in ("<", "<=", ">", ">="):
             self.arity(op, args, 2)
             self.numbers(op, args)
-            return _Typed(BOOL, text)
+            return _Typed(BOOL, node)
         if op == "ite":
             self.arity(op, args, 3, 3)
             self.booleans(op, args[:1])
             sort = self.same_sort(op, args[1:])
-            return _Typed(sort, text, numeral=all(a.numeral for a in args[1:]))
+            return _Typed(sort, node, numeral=all(a.numeral for a in args[1:]))
         if op in ("+", "*", "-", "abs"):
             if op == "abs":
                 self.arity(op, args, 1, 1)
             else:
                 self.arity(op, args, 1 if op == "-" else 2)
             sort = self.numbers(op, args)
-            return _Typed(sort, text, numeral=all(a.numeral for a in args))
+            return _Typed(sort, node, numeral=all(a.numeral for a in args))
         if op in ("div", "mod"):
             self.arity(op, args, 2, 2 if op == "mod" else None)
             for i, a in enumerate(args):
                 if a.sort != INT:
-                    raise SmtError(f"type mismatch: {op!r} is integer division and needs ints; argument {i + 1} is {a.describe()} in {text!r}")
-            return _Typed(INT, text)
+                    raise SmtError(f"type mismatch: {op!r} is integer division and needs ints; argument {i + 1} is {a.describe()} in {show(node)!r}")
+            return _Typed(INT, node)
         if op == "/":
             self.arity(op, args, 2)
             for i, a in enumerate(args):
                 if a.sort != REAL and not a.numeral:
                     hint = f"; use div for ints, or (to_real {a.text})" if a.sort == INT else ""
-                    raise SmtError(f"type mismatch: '/' is real division and needs reals; argument {i + 1} is {a.describe()}{hint} in {text!r}")
-            return _Typed(REAL, text)
+                    raise SmtError(f"type mismatch: '/' is real division and needs reals; argument {i + 1} is {a.describe()}{hint} in {show(node)!r}")
+            return _Typed(REAL, node)
         if op in ("to_real", "to_int", "is_int"):
             self.arity(op, args, 1, 1)
             want = INT if op == "to_real" else REAL
             a = args[0]
             if a.sort != want and not (want == REAL and a.numeral):
-                raise SmtError(f"type mismatch: {op!r} needs {'an int' if want == INT else 'a real'}; got {a.describe()} in {text!r}")
-            return _Typed({"to_real": REAL, "to_int": INT, "is_int": BOOL}[op], text)
+                raise SmtError(f"type mismatch: {op!r} needs {'an int' if want == INT else 'a real'}; got {a.describe()} in {show(node)!r}")
+            return _Typed({"to_real": REAL, "to_int": INT, "is_int": BOOL}[op], node)
         raise SmtError(f"bad SMT-LIB: unknown operator {op!r}")  # pragma: no cover (OPERATORS is exhaustive)
 
     @staticmethod
@@ -284,7 +288,7 @@ class _Checker:
         body = self.term(node[2], inner)
         if body.sort != BOOL:
             raise SmtError(f"type mismatch: the body of {node[0]!r} is {body.sort}, not boolean")
-        return _Typed(BOOL, show(node))
+        return _Typed(BOOL, node)
 
     def binder_name(self, name: str) -> None:
         if name in RESERVED or not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]*$", name):

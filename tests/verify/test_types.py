@@ -178,3 +178,13 @@ def test_accepted_terms_are_built_by_z3_with_the_checked_sort_and_no_coercion(te
     assert "(ite b 1 0)" not in built.sexpr() and "(ite c 1 0)" not in built.sexpr()
     if "to_real" not in text:  # nor lift an int variable to a real
         assert "(to_real i)" not in built.sexpr() and "(to_real j)" not in built.sexpr()
+
+
+def test_rules_z3_refuses_in_one_script_still_load_one_by_one():
+    """Rules are built with one parser call; two rules naming the same annotation (legal each on
+    its own, an error in one script) fall back to one call per rule."""
+    policy = policy_from_dict({
+        "variables": [{"name": "a", "type": "bool"}, {"name": "b", "type": "bool"}],
+        "rules": [{"id": "r1", "expression": "(! (=> a b) :named n)"}, {"id": "r2", "expression": "(! (=> b a) :named n)"}],
+    })
+    assert {k: v.sexpr() for k, v in policy.compiled.items()} == {"r1": "(=> a b)", "r2": "(=> b a)"}
