@@ -93,7 +93,7 @@ def top_k_exhaustive(p: Postings, token_ids: np.ndarray, k: int) -> tuple[np.nda
 
 
 SEED_ROWS = (64,)  # best postings per long query term scored for the threshold (one try; a wider second one cost more than it saved)
-SHORT_LIST = 2048  # posting lists this short are scored whole (cheap), the rest are pruned
+SHORT_LIST = 2048  # posting lists this short (and under 0.2% of the corpus) are scored whole; the rest are pruned
 DENSE_SHARE = 8  # more candidates than 1/8 of the corpus: the exhaustive array is cheaper
 
 
@@ -109,7 +109,7 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     lengths = p.indptr[terms + 1] - p.indptr[terms]
     bounds = p.term_max[terms].astype(np.float64) * counts
     margin = 1.0 + max(1e-4, 8.0 * len(token_ids) * 2.0**-24)
-    short = lengths <= SHORT_LIST
+    short = lengths <= min(SHORT_LIST, max(64, p.num_docs // 500))
     long_terms, long_counts, long_bounds = terms[~short], counts[~short], bounds[~short]
     total = float(long_bounds.sum())
     # 1. Every passage holding a rare (short-list) term is a candidate, scored exactly; with the
