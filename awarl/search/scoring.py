@@ -97,10 +97,11 @@ SHORT_LIST = 2048  # posting lists this short (and under 0.2% of the corpus) are
 DENSE_SHARE = 8  # more candidates than 1/8 of the corpus: the exhaustive array is cheaper
 
 
-def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int | None = DENSE_SHARE
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k touching only what can still reach it (see the module docstring);
-    ``dense_share=None`` never falls back to the exhaustive array (tests use it)."""
+def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int | None = DENSE_SHARE,
+                   short_list: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k touching only what can still reach it (see the module docstring).
+    ``dense_share=None`` never falls back to the exhaustive array and ``short_list=0`` treats
+    every list as long (tests use both to reach every path on small corpora)."""
     if len(token_ids) == 0:
         return _EMPTY
     if not p.nonnegative:
@@ -109,7 +110,7 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     lengths = p.indptr[terms + 1] - p.indptr[terms]
     bounds = p.term_max[terms].astype(np.float64) * counts
     margin = 1.0 + max(1e-4, 8.0 * len(token_ids) * 2.0**-24)
-    short = lengths <= min(SHORT_LIST, max(64, p.num_docs // 500))
+    short = lengths <= (min(SHORT_LIST, max(64, p.num_docs // 500)) if short_list is None else short_list)
     long_terms, long_counts, long_bounds = terms[~short], counts[~short], bounds[~short]
     total = float(long_bounds.sum())
     # 1. Every passage holding a rare (short-list) term is a candidate, scored exactly; with the

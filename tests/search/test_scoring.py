@@ -45,10 +45,11 @@ def _reference(index: BM25Index, ids: np.ndarray, k: int):
 @given(docs=corpora, qs=st.lists(queries, min_size=1, max_size=6), k=st.integers(1, 50), method=st.sampled_from(METHODS))
 def test_maxscore_equals_exhaustive_on_random_corpora(docs, qs, k, method):
     index = _index(docs, method, champions=True)
-    maxscore_pruned_only = partial(top_k_maxscore, dense_share=None)  # no fallback to the exhaustive array
+    pruned_only = partial(top_k_maxscore, dense_share=None)  # no fallback to the exhaustive array
+    all_long = partial(top_k_maxscore, dense_share=None, short_list=0)  # champion prefixes, needs, MaxScore split
     for ids in index._query_token_ids(qs):
         want_rows, want_scores = _reference(index, ids, k)
-        for top_k in (top_k_exhaustive, top_k_maxscore, maxscore_pruned_only):
+        for top_k in (top_k_exhaustive, top_k_maxscore, pruned_only, all_long):
             rows, scores = top_k(index.postings, ids, k)
             assert rows.tolist() == want_rows.tolist(), top_k
             assert scores.tobytes() == want_scores.tobytes(), top_k  # bit-identical
@@ -103,8 +104,9 @@ def test_maxscore_equals_exhaustive_on_a_zipfian_corpus():
     for ids in index._query_token_ids(qs):
         for k in (1, 10, 100):
             want = _reference(index, ids, k)
-            got = top_k_maxscore(index.postings, ids, k, dense_share=None)
-            assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
+            for short_list in (None, 0):
+                got = top_k_maxscore(index.postings, ids, k, dense_share=None, short_list=short_list)
+                assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
 
 
 @pytest.mark.parametrize("method", METHODS)
