@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 
 from awarl.agent.settings import RECIPE_FILE, RolloutSettings
-from awarl.config_fields import ConfigError, build, closest, load_yaml, read_yaml_file
+from awarl.config_fields import ConfigError, build, check_type, closest, load_yaml, read_yaml_file
 from awarl.config_fields import doc as _doc
 from awarl.rewards.config import RewardConfig
 
@@ -282,28 +282,12 @@ class TrainConfig:
             reserved = {"output_dir", "seed"} & set(values)
             if reserved:
                 raise ConfigError(f"{section}: set {sorted(reserved)} at the top level of the recipe, not here")
-            defaults = {f.name: f.default for f in fields(cls)}
+            annotations = {f.name: f.type for f in fields(cls)}
             for name, value in values.items():
-                _check_like_default(value, defaults[name], f"{self.source or '<config>'}: {section}.{name}")
-
-
-def _check_like_default(value: Any, default: Any, where: str) -> None:
-    """A pass-through TRL field must have the type of its default (``learning_rate: abc`` is refused here,
-    not deep inside the trainer); fields whose default is None or a container are left to TRL."""
-    if value is None or default is None or default is dataclasses.MISSING:
-        return
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif isinstance(default, str):
-        ok = isinstance(value, str)  # enum-valued fields (str subclasses) take their names too
-    else:
-        return
-    if not ok:
-        raise ConfigError(f"{where}: expected {type(default).__name__} like the default {default!r}, got {value!r}")
+                # The pass-through field must fit TRL's own annotation (`learning_rate: abc` is refused here,
+                # not deep inside the trainer); string annotations are left to TRL.
+                if not isinstance(annotations[name], str):
+                    check_type(value, annotations[name], f"{self.source or '<config>'}: {section}.{name}")
 
 
 _SECTIONS: dict[str, type] = {}  # filled below, once every section class exists

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from awarl.agent.settings import RolloutSettings
+from awarl.agent.settings import load_rollout
 from typer.testing import CliRunner
 
 from awarl.cli import app
@@ -138,7 +138,9 @@ def test_interrupted_run_resumes_without_redoing_work(run_dir, prepared, tiny_sf
 
     backend = Counting(load_backend(str(tiny_sft_model_dir), device="cpu"))
     config = EvalConfig(model=str(tiny_sft_model_dir), data=prepared, out=resumed,
-                        rollout=RolloutSettings(scope="closed", topk=2, max_searches=2, max_completion_tokens=512))
+                        # what the CLI ran: the checkpoint's saved settings with the fixture's options on top
+                        rollout=load_rollout(tiny_sft_model_dir).replace(scope="closed", topk=2, max_searches=2,
+                                                                         max_completion_tokens=512))
     result = run_eval(config, backend=backend, progress=False)
     assert (result.evaluated, result.skipped) == (2, 2)
     assert backend.calls == 2  # first turns of the unfinished questions only

@@ -81,7 +81,7 @@ def test_every_field_is_type_checked_by_the_one_validation_path(override, messag
 
 
 def test_pass_through_fields_are_type_checked_against_trl():
-    with pytest.raises(ConfigError, match=r"grpo.log_completions: expected bool"):
+    with pytest.raises(ConfigError, match=r"grpo.log_completions: expected true or false"):
         TrainConfig.from_yaml(TINY_RECIPE, ["grpo.log_completions=3"]).check_trainer_fields()
 
 
