@@ -1,4 +1,4 @@
-"""Per-query capability p_i (DESIGN §5): the share of K sampled rollouts of the base model that
+"""Per-query capability p_i (docs/evaluation.md): the share of K sampled rollouts of the checkpoint GRPO starts from that
 the protocol scorer judges correct, with the same prompt, tool and retriever as training.
 
 ``awarl capability estimate`` writes each record back with ``p`` and a ``capability`` block of

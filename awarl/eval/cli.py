@@ -20,7 +20,7 @@ app = typer.Typer(no_args_is_help=True)
 @app.command("score")
 def score_command(
     data: Path = typer.Option(..., "--data", help="Official data file or a prepared records.jsonl."),
-    predictions: Path = typer.Option(..., "--predictions", help="awarl JSONL, HotpotQA/2Wiki pred JSON or MuSiQue pred JSONL."),
+    predictions: Path = typer.Option(..., "--predictions", help="awarl JSONL, HotpotQA/2Wiki pred JSON, MuSiQue pred JSONL, a JSON list of rows or an {id: answer} object."),
     dataset: str = typer.Option(None, "--dataset", help="Format of --data when it is an official file (hotpotqa, 2wiki, musique, flashrag)."),
     metric: str = typer.Option("em", "--metric", help="What 'correct' means: em (default) or f1 (F1 >= 0.5)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),

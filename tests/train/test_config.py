@@ -28,7 +28,7 @@ def test_7b_recipe_is_a_colocated_vllm_bf16_run():
     g = cfg.grpo
     assert (g["bf16"], g["use_vllm"], g["vllm_mode"], g["vllm_tensor_parallel_size"]) == (True, True, "colocate", 1)
     assert 0 < g["vllm_gpu_memory_utilization"] < 0.5
-    # >= 16 questions per generation batch on 8 GPUs (DESIGN §6: stable batch rates)
+    # >= 16 questions per generation batch on 8 GPUs (batch refusal rates need >= 16 prompts to be stable)
     rollouts = 8 * g["per_device_train_batch_size"] * g["gradient_accumulation_steps"]
     assert rollouts // g["num_generations"] >= 16
 
