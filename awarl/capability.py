@@ -1,5 +1,6 @@
-"""Per-query capability p_i (docs/evaluation.md): the share of K sampled rollouts of the checkpoint GRPO starts from that
-the protocol scorer judges correct, with the same prompt, tool and retriever as training.
+"""Per-query capability p_i (docs/evaluation.md): the share of K sampled rollouts of the checkpoint GRPO
+starts from that the protocol scorer judges correct, under the training rollout settings (the same
+prompt, tool, retriever, budgets and notion of correct: `awarl.agent.settings.RolloutSettings`).
 
 ``awarl capability estimate`` writes each record back with ``p`` and a ``capability`` block of
 per-query statistics, one line per query as soon as its K rollouts finish (flushed and synced), so
