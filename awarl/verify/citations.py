@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
 
 from awarl.protocol import extract_citations, normalize_answer
 from awarl.data.records import Passage
 from awarl.verify.findings import CitationIssue, Finding, Result
 from awarl.verify.openai_client import BackendError, OpenAIChatBackend
+from awarl.verify.policy import nested_repeat, read_document
 
 _CITE_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63})\]")
 _TAG_RE = re.compile(r"</?answer>", re.I)
@@ -153,11 +153,13 @@ class Correction:
 
 
 def load_corrections(path: str | Path) -> list[Correction]:
-    """Read ``corrections: [{id, error, correction, topic?, source?}]`` from YAML."""
+    """Read ``corrections: [{id, error, correction, topic?, source?}]`` from YAML.
+
+    Every problem is a ValueError naming the file (and the entry and field): a missing file, a
+    folder, bytes that are not UTF-8, broken YAML, a bad regex, or a regex that repeats a
+    group holding a repeat (``(a+)+``: exponential time on an answer that almost matches)."""
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"{path}: file not found")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = read_document(path)  # a PolicyError (a ValueError) naming the file
     items = data.get("corrections") if isinstance(data, Mapping) else None
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a mapping with a 'corrections' list")
@@ -177,8 +179,12 @@ def load_corrections(path: str | Path) -> list[Correction]:
             if item.get(key) is not None:
                 try:
                     re.compile(item[key])
-                except re.error as exc:
+                except (re.error, TypeError) as exc:
                     raise ValueError(f"{where}, field '{key}': bad regex: {exc}") from None
+                risky = nested_repeat(item[key])
+                if risky is not None:
+                    raise ValueError(f"{where}, field '{key}': the regex repeats a group that itself repeats, {risky!r}, "
+                                     "which can take exponential time on an answer; rewrite it")
         out.append(Correction(item["id"], item["error"], item["correction"], item.get("topic"), item.get("source", "") or ""))
     return out
 

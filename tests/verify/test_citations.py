@@ -101,6 +101,10 @@ def test_corrections_are_checked_against_answers_and_rendered_for_prompts():
         ("corrections: [{id: a, correction: c}]", r"corrections\[0\], field 'error': missing"),
         ("corrections: [{id: a, error: x, correction: c}, {id: a, error: y, correction: d}]", r"corrections\[1\], field 'id': duplicate"),
         ("items: []", "expected a mapping with a 'corrections' list"),
+        ("corrections: [{id: a, error: '(\\w+\\s?)+done', correction: c}]", r"corrections\[0\], field 'error': the regex repeats a group that itself repeats"),
+        ("corrections: [{id: a, error: x, topic: 5, correction: c}]", r"corrections\[0\], field 'topic': bad regex"),
+        ("corrections: [unclosed", r"c.yaml, line \d+: not valid YAML"),
+        ("", "expected a mapping with a 'corrections' list"),
     ],
 )
 def test_bad_corrections_files_name_the_entry_and_field(tmp_path, text, message):
@@ -128,3 +132,14 @@ def test_llm_support_judge_over_a_local_server(chat_server, tmp_path):
     assert gate.check("q", "Paris [p1].") == []
     last = queue.read()[-1]
     assert last["reason"] == "judge_failed" and "no YES/NO/BORDERLINE" in last["detail"]
+
+
+def test_unreadable_corrections_files_name_the_file(tmp_path):
+    with pytest.raises(ValueError, match=r"missing.yaml: file not found"):
+        load_corrections(tmp_path / "missing.yaml")
+    with pytest.raises(ValueError, match=r"is a folder"):
+        load_corrections(tmp_path)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("corrections: [{id: a, error: caf\xe9, correction: c}]".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin.yaml, byte 32: not UTF-8 text"):
+        load_corrections(latin)
