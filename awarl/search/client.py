@@ -149,7 +149,8 @@ def open_retriever(spec: str | Path, **options: Any) -> Retriever:
     - a ``corpus.jsonl`` file: a BM25 index built in memory (``options`` go to
       `awarl.search.bm25.BM25Index.build`, e.g. ``settings``).
 
-    Anything else is a `SearchError` that says which of the three was expected.
+    A path that does not exist, or a folder that is not an index, is a `SearchError` that says
+    which of the three was expected; a file that is not JSON lines fails naming its line.
     """
     text = str(spec)
     if text.startswith(("http://", "https://")):
@@ -167,9 +168,7 @@ def open_retriever(spec: str | Path, **options: Any) -> Retriever:
         from awarl.search.index import load_index
 
         return load_index(folder, **options)
-    if path.is_file():
-        if not path.name.endswith(".jsonl"):
-            raise SearchError(f"{text}: not a .jsonl corpus; give an index folder, a corpus.jsonl or a server URL")
+    if path.is_file():  # a corpus in JSON lines, whatever its name; a file that is not one fails naming its line
         from awarl.data.records import load_corpus
         from awarl.search.bm25 import BM25Index
 

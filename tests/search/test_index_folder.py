@@ -158,8 +158,8 @@ def test_open_retriever_takes_a_folder_a_corpus_or_a_url(tmp_path, hotpot_index_
                         ("ftp://host/x", "only http"), (tmp_path / "corpus.jsonl.bak", "no such")]:
         with pytest.raises(SearchError, match=needle):
             open_retriever(str(bad))
-    (tmp_path / "notes.txt").write_text("x")
-    with pytest.raises(SearchError, match="not a .jsonl corpus"):
+    (tmp_path / "notes.txt").write_text("some notes\n")
+    with pytest.raises(DataError, match="notes.txt.*line 1"):
         open_retriever(tmp_path / "notes.txt")
 
 
