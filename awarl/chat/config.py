@@ -72,6 +72,9 @@ class ChatSettings:
     """Pending clarifying questions are skipped automatically after this long."""
     temperature: float = 1.0
     """Sampling temperature of verify-and-resample."""
+    resample_feedback: bool = True
+    """Verify-and-resample re-asks with the finding as feedback; false re-asks the bare question (for a
+    small agent trained only on bare questions, which added text derails)."""
     retries: int = 3
     backoff_s: float = 0.5
     generation_timeout_s: float = 300.0
@@ -173,6 +176,9 @@ def default_settings(demo: str | Path = DEMO_DIR, **overrides: Any) -> ChatSetti
                 if agent else
                 f"Validate-only mode: {manifest} names no trained agent yet. Run `awarl demo --out {demo}` to train "
                 "one; meanwhile POST /api/chat with an `answer` to check it.")
+        # The world agent is a tiny model trained on bare questions: feedback text appended to the question
+        # derails it into broken tool calls, so it is resampled on the bare question (docs/chat.md).
+        overrides.setdefault("resample_feedback", False)
         return ChatSettings(policy=rel("policy") or "", policy_name="world", corpus=rel("corpus"),
                             generator=f"hf:{agent}" if agent else None, rollout=m.get("rollout") or {},
                             mode_note=note, **overrides)

@@ -93,8 +93,8 @@ def with_retries(fn: Callable[[], T], *, attempts: int, base_delay: float, what:
 
 # -- scripted --------------------------------------------------------------------------------------
 class ScriptedGenerator:
-    """Answers from functions: ``answer_fn(question, n)`` returns the agent's final text (``n`` counts
-    calls); ``rewrite_fn(prompt, n)`` returns the reply to a rewrite prompt. ``down=True`` fails every
+    """Answers from functions: ``answer_fn(question, n)`` returns the agent's final text, or None for
+    a reply without a final answer (``n`` counts calls); ``rewrite_fn(prompt, n)`` returns the reply to a rewrite prompt. ``down=True`` fails every
     call the way an unreachable server does. Every prompt it receives is kept in ``prompts``."""
 
     def __init__(self, answer_fn: Callable[[str, int], str], rewrite_fn: Callable[[str, int], str] | None = None, *,
@@ -122,6 +122,8 @@ class ScriptedGenerator:
         n = self._count("answer", question)
         started = time.perf_counter()
         text = self.answer_fn(question, n)
+        if text is None:  # the script's way to say "the agent ended without a final answer"
+            return AgentReply(text="", answer=None, abstained=False, citations=[], stop_reason="no_answer")
         return AgentReply.from_text(text, self.phrases, seconds=time.perf_counter() - started)
 
     def rewrite(self, prompt: str) -> str:
@@ -258,8 +260,9 @@ class AgentGenerator:
             rollouts = [Rollout(QARecord(id=f"chat-{i}", question=payloads[i][0], answers=[""], dataset="chat")) for i in idx]
             trajs = self._runner(temp).run(rollouts)
             for i, t in zip(idx, trajs):
-                answer = t.answer if t.answer is not None else (t.final_text.strip() or None)
-                out[i] = AgentReply(text=t.final_text, answer=answer, abstained=is_abstention(t.answer, self.phrases),
+                # No <answer> block (a broken tool call, a spent budget) is no answer: it is never checked
+                # or served as one, whatever text the model left.
+                out[i] = AgentReply(text=t.final_text, answer=t.answer, abstained=is_abstention(t.answer, self.phrases),
                                     citations=list(t.citations), queries=list(t.queries),
                                     retrieved_ids=list(t.retrieved_ids), stop_reason=t.stop_reason, seconds=t.seconds)
         return out

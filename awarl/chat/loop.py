@@ -62,6 +62,9 @@ class LoopSettings:
     """Sampling temperature when an answer-only agent is re-asked (verify-and-resample)."""
     first_temperature: float = 0.0
     """The first answer is greedy, as in evaluation."""
+    resample_feedback: bool = True
+    """Re-ask an answer-only agent with the finding as feedback; False re-asks the bare question (a
+    small agent trained on bare questions may be derailed by any added text)."""
     retries: int = 3
     """Attempts per generation or validation call."""
     backoff_s: float = 0.5
@@ -143,7 +146,7 @@ class Loop:
             t.state = State.HANDLE_RESULT
 
     def _handle_result(self, t: Thread) -> None:
-        it = t.last
+        it = _last_checked(t)
         assert it is not None
         findings = [Finding.from_dict(d) for d in it.findings]
         result = aggregate(findings)
@@ -174,17 +177,18 @@ class Loop:
         assert prev is not None
         findings = [Finding.from_dict(d) for d in prev.findings]
         result = aggregate(findings)
-        top = next(f for f in sort_findings(findings) if f.result is result)
+        top = next((f for f in sort_findings(findings) if f.result is result), None)  # None: the last reply had no answer
         t.rewrites += 1
         policy = self.validator.policy
         corrections = self.validator.corrections.block(f"{t.prompt}\n{t.answer}")
         index = len(t.iterations)
-        if not self.generator.decisions:
-            feedback = self.prompts.resample_feedback(top, policy)
+        if not self.generator.decisions or top is None:
+            feedback = self.prompts.resample_feedback(top, policy) if self.settings.resample_feedback else ""
             question = self.prompts.agent_question(t.prompt, t.clarifications, corrections, feedback)
             reply = self._ask(question, self.settings.temperature)
             t.iterations.append(Iteration(index=index, type="resample", prompt=question, answer=reply.text, raw=reply.text,
-                                          template="resample_feedback", search=reply.search(), generate_s=reply.seconds))
+                                          template="resample_feedback" if feedback else None, search=reply.search(),
+                                          generate_s=reply.seconds))
             self._after_reply(t, reply)
             return
         may_ask = result in ASKABLE and t.question_rounds < self.settings.max_question_rounds
@@ -226,6 +230,18 @@ class Loop:
                             base_delay=self.settings.backoff_s, what=f"generation ({gen.name})")
 
     def _after_reply(self, t: Thread, reply: AgentReply) -> None:
+        if reply.answer is None:
+            # A reply without a final answer (a broken tool call, a spent budget) is neither checked nor
+            # served; the agent is asked again while rewrites remain. The previous answer stays current.
+            t.note("no final answer from the agent", stop_reason=reply.stop_reason)
+            if t.rewrites < t.max_iterations:
+                t.state = State.REWRITING_LOOP
+            elif _last_checked(t) is not None:
+                t.state = State.HANDLE_RESULT  # the last checked answer decides how the thread ends
+            else:
+                self._complete(t, Exit.MAX_ITERATIONS_REACHED, Badge.NOT_VALIDATED,
+                               f"The agent gave no final answer in {t.rewrites + 1} attempt(s).", final="")
+            return
         self._set_answer(t, reply.text, reply.citations)
         if reply.abstained:
             self._complete(t, Exit.ABSTAINED, Badge.ABSTAINED,
@@ -249,6 +265,11 @@ class Loop:
         t.exit, t.badge, t.error = Exit.ERROR, Badge.ERROR, message
         t.state, t.status = State.ERROR, Status.ERROR
         t.note("error", message=message)
+
+
+def _last_checked(t: Thread) -> Iteration | None:
+    """The latest iteration whose answer was validated (replies without an answer are skipped)."""
+    return next((i for i in reversed(t.iterations) if i.result is not None or i.findings), None)
 
 
 def _citations(text: str) -> list[str]:

@@ -106,7 +106,8 @@ class ThreadManager:
         self.prompts = Prompts(settings.prompts_dir, max_questions=settings.max_questions)
         self.loop_settings = LoopSettings(max_questions=settings.max_questions,
                                           max_question_rounds=settings.max_question_rounds,
-                                          temperature=settings.temperature, retries=settings.retries,
+                                          temperature=settings.temperature, resample_feedback=settings.resample_feedback,
+                                          retries=settings.retries,
                                           backoff_s=settings.backoff_s)
         self.corrections = Corrections(load_corrections(settings.corrections) if settings.corrections else [],
                                        self.store.corrections)

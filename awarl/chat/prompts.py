@@ -56,11 +56,14 @@ class Prompts:
     # -- the agent's question ------------------------------------------------------------------
     def agent_question(self, question: str, clarifications: Sequence[Clarification], corrections: str,
                        feedback: str = "") -> str:
+        """The user message the agent gets: exactly the question when there is nothing to add (a
+        trailing newline is already a different input to a small model trained on bare questions)."""
         return self.render("agent_question", question=question.strip(), clarifications=_block(clarification_lines(clarifications)),
-                           corrections=_block(corrections), feedback=feedback)
+                           corrections=_block(corrections), feedback=feedback).rstrip("\n")
 
-    def resample_feedback(self, finding: Finding, policy: Policy) -> str:
-        return self.templates["resample_feedback"].format(summary=summarize(finding, policy)).rstrip()
+    def resample_feedback(self, finding: Finding | None, policy: Policy) -> str:
+        summary = summarize(finding, policy) if finding is not None else "it had no final answer in <answer></answer> tags."
+        return self.templates["resample_feedback"].format(summary=summary).rstrip()
 
     # -- rewrite prompts -----------------------------------------------------------------------
     def rewrite(self, *, question: str, answer: str, findings: Sequence[Finding], top: Finding, policy: Policy,

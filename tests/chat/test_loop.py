@@ -267,3 +267,29 @@ def test_a_bedrock_policy_json_is_served(make_manager, tmp_path):
     assert m.config()["policy"] == "pricing.bedrock"
     t = m.wait(m.submit(GOLD_80, "You get 10% off.").id)
     assert t["status"] == "COMPLETED" and t["badge"] == "NOT_VALIDATED" and t["policy_version"] == "1.0"
+
+
+def test_a_reply_without_a_final_answer_is_never_checked_or_served(make_manager):
+    """A broken tool call or a spent budget leaves no <answer>: the agent is asked again."""
+    gen = ScriptedGenerator(answers(None, "<answer>As a gold member you get 15% off.</answer>"), None, decisions=False)
+    m = make_manager(gen)
+    t = m.wait(m.submit(GOLD_80).id)
+    assert (t["exit"], t["badge"], t["rewrites"]) == ("VALID_RESPONSE", "VALID", 1)
+    assert [(i["type"], i["result"]) for i in t["iterations"]] == [("initial", None), ("resample", "VALID")]
+    assert "had no final answer" in t["iterations"][1]["prompt"]
+
+
+def test_no_final_answer_within_max_iterations_ends_unvalidated(make_manager):
+    gen = ScriptedGenerator(answers(None), None, decisions=False)
+    m = make_manager(gen, max_iterations=1)
+    t = m.wait(m.submit(GOLD_80).id)
+    assert (t["exit"], t["badge"], t["final_response"]) == ("MAX_ITERATIONS_REACHED", "NOT_VALIDATED", "")
+    assert "no final answer in 2 attempt(s)" in t["warning"]
+
+
+def test_after_a_checked_answer_a_missing_one_keeps_the_checked_result(make_manager):
+    gen = ScriptedGenerator(answers("<answer>You get 10% off.</answer>", None), None, decisions=False)
+    m = make_manager(gen, max_iterations=1, resample_feedback=False)
+    t = m.wait(m.submit(GOLD_80).id)
+    assert (t["exit"], t["badge"], t["final_response"]) == ("MAX_ITERATIONS_REACHED", "INVALID", "You get 10% off.")
+    assert t["iterations"][1]["prompt"] == GOLD_80  # bare resampling: exactly the question, no feedback
