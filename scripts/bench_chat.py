@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import re
 import socket
-import statistics
 import sys
 import tempfile
 import threading
