@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from awarl.cli_errors import fail
+from awarl.cli_errors import fail, warn
 
 chat_app = typer.Typer(no_args_is_help=True, help="The verify-and-rewrite chatbot.")
 audit_app = typer.Typer(no_args_is_help=True, help="Check the chatbot's audit log.")
@@ -41,12 +41,20 @@ def serve(
         fail(exc, 2)
     if not settings.policy:
         fail("no policy to check against: pass --config configs/chat/<name>.yaml", 2)
+    import sqlite3
+
     import uvicorn
 
     from awarl.chat.app import create_app
 
+    try:  # bad corrections or prompt files, an unwritable database: an error line, not a traceback
+        app = create_app(settings)
+    except (ValueError, OSError, sqlite3.Error) as exc:
+        fail(exc, 2)
+    if settings.host not in ("127.0.0.1", "localhost", "::1"):
+        warn(f"binding {settings.host}: the chat API has no authentication; anyone who can reach this port can use it")
     typer.echo(f"awarl chat on http://{settings.host}:{settings.port}/ — {settings.mode_note or settings.generator}")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
 
 
 @audit_app.command("verify")

@@ -57,6 +57,14 @@ def test_cli_reports_a_bad_config_without_a_traceback(tmp_path):
     assert result.exit_code == 2 and "unknown key(s) ['oops']" in result.output and "Traceback" not in result.output
 
 
+def test_cli_reports_a_bad_corrections_file_without_a_traceback(tmp_path):
+    bad = tmp_path / "corrections.yaml"
+    bad.write_text("corrections:\n  - {id: x, error: '(unclosed', correction: fix}\n")
+    config = write(tmp_path, {"policy": str(PRICING), "corrections": str(bad), "db": str(tmp_path / "c.sqlite")})
+    result = CliRunner().invoke(app, ["chat", "serve", "--config", config])
+    assert result.exit_code == 2 and "field 'error': bad regex" in result.output and "Traceback" not in result.output
+
+
 class Flaky:
     """A translator whose endpoint fails ``failures`` times first (as an LLM translator's may)."""
 
