@@ -465,17 +465,15 @@ class ThreadManager:
                               decisions=s.uses_decisions(spec), name=spec, timeout_s=s.generation_timeout_s)
 
     def _retriever_once(self) -> Any:
+        """What the agent searches: ``index`` (a saved index folder or a retrieval server URL), else the
+        corpus indexed with BM25 in memory — through the opener every stage uses."""
         if self._retriever is None:
-            if self.settings.index:
-                from awarl.search.client import open_retriever
-
-                self._retriever = open_retriever(self.settings.index)
-            elif self.corpus:
-                from awarl.search.bm25 import BM25Index
-
-                self._retriever = BM25Index.build(list(self.corpus.values()))
-            else:
+            spec = self.settings.index or self.settings.corpus
+            if not spec:
                 raise GeneratorDown("the agent needs a corpus (or index) to search; set corpus: in the chat config")
+            from awarl.search.client import open_retriever
+
+            self._retriever = open_retriever(spec)
         return self._retriever
 
 
