@@ -111,8 +111,12 @@ function render(t) {
   } else {
     parts.push(el("div", {}, el("span", {class: `badge ${t.badge}`, "data-testid": "badge"}, badgeText(t)),
                   el("span", {class: "small"}, `${t.exit} · ${t.rewrites} rewrite(s) · policy ${t.policy}`)));
-    parts.push(el("div", {class: "final", "data-testid": "final"}, t.final_response || ""));
+    parts.push(el("div", {class: "final", "data-testid": "final"}, t.final_response || "(no answer)"));
     if (t.warning) parts.push(el("div", {class: "warning", "data-testid": "warning"}, t.warning));
+    if (t.clarifications.length) {
+      parts.push(el("div", {class: "small", "data-testid": "clarifications"}, "Your clarifications: ",
+        t.clarifications.map(c => `${c.question} → ${c.skipped ? "(" + c.reason + ")" : c.answer}`).join("; ")));
+    }
   }
   const actions = el("div", {class: "actions"},
     el("button", {class: "secondary debug-toggle", "data-testid": "debug-toggle",
