@@ -38,11 +38,12 @@ def big_policy(rules: int) -> dict:
 
 
 def _load_seconds(definition: dict, repeats: int = 2) -> float:
+    """CPU seconds of the fastest load: wall time on a shared machine also counts the waiting."""
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         policy_from_dict(definition)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best
 
 
@@ -50,7 +51,7 @@ def test_loading_is_linear_in_the_policy_size():
     """2,000 rules over 1,000 variables took ~17 s when every parse got every declaration."""
     small, large = big_policy(250), big_policy(2000)
     t_small, t_large = _load_seconds(small), _load_seconds(large)
-    assert t_large < 6.0, f"2,000 rules loaded in {t_large:.2f} s"
+    assert t_large < 2.0, f"2,000 rules loaded in {t_large:.2f} s of CPU"
     # 8x the rules: linear is ~8x, the old quadratic loader was ~60x
     assert t_large / t_small < 20, f"250 rules {t_small:.3f} s, 2,000 rules {t_large:.3f} s"
 
@@ -202,7 +203,7 @@ def test_the_cli_check_bounds_pattern_matching_by_timeout_ms(tmp_path):
     assert out.exit_code == 0, out.output
     [f] = json.loads(out.stdout)["findings"]
     assert f["result"] == "TOO_COMPLEX" and "300 ms" in f["detail"]
-    assert time.monotonic() - start < 3.0
+    assert time.monotonic() - start < 5.0  # unbounded, this regex runs for minutes on 60 characters
 
 
 # -- imports -----------------------------------------------------------------------------------
