@@ -191,7 +191,8 @@ class Policy:
     """A loaded policy: its definition plus the Z3 declarations and compiled rules.
 
     Each policy owns a Z3 context, so policies never share Z3 state (and checks stay
-    deterministic whatever else the process has parsed).
+    deterministic whatever else the process has parsed). Lookups by name (`variable`, `kind`,
+    `rule`) are dictionary lookups built at construction: treat the lists as read-only afterwards.
     """
 
     version: str
@@ -573,13 +574,13 @@ def _mapping(item: Any, source: str, where: str, required: Sequence[str]) -> Map
 
 
 def _text(item: Mapping[str, Any], source: str, where: str, *keys: str) -> str:
-    """An optional free-text field (the first of ``keys`` present): a string, or a scalar written
+    """An optional free-text field (the first of ``keys`` that is set): a string, or a scalar written
     without quotes (a YAML number or date); anything else is an error."""
     for key in keys:
         value = item.get(key)
         if value is None:
             continue
-        if isinstance(value, (list, dict)) or (isinstance(value, Mapping)):
+        if isinstance(value, (list, Mapping)):
             raise PolicyError(source, where, f"field '{key}' must be text, got {type(value).__name__}")
         if value != "":
             return str(value)
