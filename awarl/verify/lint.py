@@ -158,13 +158,14 @@ class _Linter:
             self.progress("conflicts", pos, total)
             partners = [b for b in live[pos + 1 :] if variables[a] & variables[b]]
             try:
-                # Conditions that exclude each other on their own make no conflict (the minimised
-                # core would hold no rule); conditions some model of the rules makes true together
-                # make none either. Only the pairs in between need a core.
-                excluded = set(self.cleared_by_models(self.bare, [self.guards[a]], partners, "conflicts", None))
-                together = [b for b in partners if b not in excluded]
-                for b in self.cleared_by_models(self.s, [*self.lits, self.guards[a]], together, "conflicts", None):
-                    self.pair(a, b)
+                # Conditions some model of the rules makes true together make no conflict; nor do
+                # conditions that exclude each other on their own (the minimised core would hold
+                # no rule). Only the pairs in between need a core. Rules first: they clear most.
+                apart = self.cleared_by_models(self.s, [*self.lits, self.guards[a]], partners, "conflicts", None)
+                excluded = set(self.cleared_by_models(self.bare, [self.guards[a]], apart, "conflicts", None))
+                for b in apart:
+                    if b not in excluded:
+                        self.pair(a, b)
             except _OutOfTime as exc:
                 if self.out_of_budget():
                     rest = live[pos:]
