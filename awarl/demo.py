@@ -293,6 +293,7 @@ class Demo:
         losses: list[float] = []
 
         def on_line(line: str) -> None:
+            print(line, flush=True)  # stdout is demo.log here
             fields = _summary_fields(line)
             if "step" in fields:
                 if "loss" in fields:
@@ -860,7 +861,8 @@ def demo_command(
     out: Path = typer.Option(Path("runs/demo"), "--out", help="Demo folder; rerunning resumes it."),
     quick: bool = typer.Option(False, "--quick", help="A smaller run (a few minutes): fewer steps and questions."),
     seed: int = typer.Option(0, "--seed", help="Seed of the world, the model and sampling."),
-    recipe: Path = typer.Option(DEFAULT_RECIPE, "--recipe", help="Demo recipe (world, model, rollout, reward, SFT, GRPO)."),
+    recipe: Path = typer.Option(DEFAULT_RECIPE, "--recipe", help="Demo recipe (world, model, rollout, reward, SFT, GRPO).",
+                                show_default="configs/demo_world.yaml"),
     until: str = typer.Option(None, "--until", help=f"Stop after this stage: {', '.join(STAGES)}."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress display (stage lines only)."),
 ) -> None:

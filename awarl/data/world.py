@@ -279,25 +279,30 @@ def record_id(q: Question) -> str:
 
 
 # -- gold trajectories ---------------------------------------------------------------------------------------
-def gold_queries(q: Question) -> list[str]:
+def gold_queries(q: Question, first: str = "relation") -> list[str]:
     """What a good agent searches: the person with the relation asked about ("Bora Kemt born"), then
     each place with the next level's name ("Tavel country"). The relation word ranks the person's
-    right passage first, as a keyword query for a real search engine would."""
-    return [f"{q.person} {q.relation}"] + [f"{place} {PLACE_LEVELS[i + 1]}" for i, place in enumerate(q.chain[:-1])]
+    right passage first, as a keyword query for a real search engine would. ``first="question"``
+    searches the whole question first instead (a model trained so also searches sensibly on other
+    data sets, which the test fixtures need)."""
+    if first not in ("relation", "question"):
+        raise WorldError(f"first must be 'relation' or 'question', got {first!r}")
+    head = q.question if first == "question" else f"{q.person} {q.relation}"
+    return [head] + [f"{place} {PLACE_LEVELS[i + 1]}" for i, place in enumerate(q.chain[:-1])]
 
 
 def gold_conversation(world: World, q: Question, search: Callable[[str], str], system_prompt: str | None = None,
-                      *, stop_early: bool = True) -> list[dict]:
+                      *, stop_early: bool = True, first: str = "relation") -> list[dict]:
     """The conversation an ideal agent has for ``q`` with the real search tool ``search``: one
     search per hop, then the cited answer, or the abstain phrase when a hop's fact is absent
     (the search that should have found it is still made, so the model learns to look first)."""
     from awarl.protocol import build_messages
 
     messages = build_messages(q.question, system_prompt)
-    for query in gold_queries(q):
+    for i, query in enumerate(gold_queries(q, first)):
         messages.append(tool_call_message(query))
         messages.append(tool_result_message(search(query)))
-        if stop_early and not q.answerable and query.split()[0] == q.missing:
+        if stop_early and not q.answerable and i > 0 and query.split()[0] == q.missing:
             break
     final = format_final(q.answer, world.supporting(q)) if q.answerable else format_final(ABSTAIN_PHRASE)
     messages.append({"role": "assistant", "content": final})

@@ -269,7 +269,7 @@ class quiet_terminal:
         sys.stdout.flush()
         sys.stderr.flush()
         self._saved = (os.dup(1), os.dup(2))
-        self._log = self.log_path.open("a", encoding="utf-8")
+        self._log = self.log_path.open("a", encoding="utf-8", buffering=1)  # line-buffered: `tail -f` shows progress
         os.dup2(self._log.fileno(), 1)
         os.dup2(self._log.fileno(), 2)
         self.terminal = os.fdopen(os.dup(self._saved[1]), "w", buffering=1, encoding="utf-8")

@@ -234,7 +234,7 @@ def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE
 
 
 def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),
-                       system_prompt: str | None = None) -> list[dict]:
+                       system_prompt: str | None = None, first: str = "relation") -> list[dict]:
     """Gold conversations of the world's questions, searched with the real tool (``env_factory``
     builds the same `SearchEnv` the rollouts use, so SFT shows exactly what GRPO will see), as
     ``{"record_id", "messages"}`` rows that ``awarl train sft`` reads with ``sft.source: trajectories``."""
@@ -245,16 +245,23 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
     for split in splits:
         for q in world.split(split):
             env.reset(id=record_id(q), question=q.question, passages=[])
-            rows.append({"record_id": record_id(q), "messages": gold_conversation(world, q, env.search, system_prompt)})
+            rows.append({"record_id": record_id(q),
+                         "messages": gold_conversation(world, q, env.search, system_prompt, first=first)})
     return rows
 
 
-def warm_start_on_world(model_dir: str | Path, out_dir: str | Path, world, *, steps: int = 120,
-                        system_prompt: str | None = None, log: Callable[[str], None] | None = None) -> Path:
+def warm_start_on_world(model_dir: str | Path, out_dir: str | Path, world, *, steps: int = 200,
+                        samples_dir: str | Path | None = None, samples_weight: int = 1,
+                        system_prompt: str | None = None, first: str = "question",
+                        log: Callable[[str], None] | None = None) -> Path:
     """Warm-start a tiny model with ``awarl train sft`` on the gold two-search trajectories of a
-    synthetic world (`awarl.data.world`): after a few hundred steps it calls ``search``, searches
-    again, and answers with citations or abstains. World trajectories are ~170 tokens, so this
-    takes seconds where the shipped samples' ~900-token conversations took minutes."""
+    synthetic world (`awarl.data.world`): after ~100 steps it calls ``search``, searches again,
+    and answers with citations or abstains. World trajectories are ~170 tokens, so this takes
+    seconds where the shipped samples' ~900-token conversations took minutes. ``first="question"``
+    (the default here) makes the first search the whole question. With ``samples_dir``, the gold
+    conversations of the shipped samples join in (results cut to 20 words, so they are as short as
+    the world's): a model trained on the world alone copies world names into its queries and finds
+    nothing in HotpotQA, which the tests that run it on the samples need it to search."""
     import shutil
     import tempfile
 
@@ -273,9 +280,13 @@ def warm_start_on_world(model_dir: str | Path, out_dir: str | Path, world, *, st
         work = Path(tmp)
         files = write_world(world, work / "world")
         records, _ = load_dataset_file("musique", files["sft"])
-        write_jsonl(work / "records.jsonl", (r.to_dict() for r in records))
         env = search_env_factory(BM25Index.build(world.passages), rollout)
-        write_jsonl(work / "trajectories.jsonl", world_trajectories(world, env, ("sft",), system_prompt))
+        rows = world_trajectories(world, env, ("sft",), system_prompt, first)
+        if samples_dir is not None:
+            extra_records, extra_rows = _sample_conversations(Path(samples_dir), system_prompt)
+            records, rows = records + extra_records, rows + extra_rows * samples_weight  # repeats weigh them up
+        write_jsonl(work / "records.jsonl", (r.to_dict() for r in records))
+        write_jsonl(work / "trajectories.jsonl", rows)
         config = TrainConfig.from_dict({
             "output_dir": str(work / "out"),
             "model": {"path": str(model_dir)},
@@ -290,6 +301,28 @@ def warm_start_on_world(model_dir: str | Path, out_dir: str | Path, world, *, st
         final = sft.main(config, output_dir=str(work / "sft"), on_log=log)
         shutil.copytree(final, out_dir, dirs_exist_ok=True)
     return Path(out_dir)
+
+
+def _sample_conversations(samples_dir: Path, system_prompt: str | None) -> tuple[list, list[dict]]:
+    """Gold conversations of the shipped samples (search the question, cited answer or abstain) as
+    ``{"record_id", "messages"}`` rows, with their records (ids made unique across files)."""
+    from dataclasses import replace
+
+    from awarl.data.adapters import load_dataset_file
+    from awarl.train.sft import gold_conversations
+
+    records, rows = [], []
+    for dataset, path in _sample_files(samples_dir):
+        recs, passages = load_dataset_file(dataset, path)
+        by_id = {p.id: p for p in passages}
+        for rec in recs:
+            rec = replace(rec, id=f"{path.stem}:{rec.id}")
+            data = gold_conversations([rec], by_id, topk=2, max_passage_words=20, system_prompt=system_prompt,
+                                      abstain_share=0.0)
+            if data.conversations:
+                records.append(rec)
+                rows.append({"record_id": rec.id, "messages": data.conversations[0]})
+    return records, rows
 
 
 def _main() -> None:
