@@ -1,10 +1,12 @@
 """`awarl verify lint`: conflicting rules, unused variables, rules that can never fire.
 
-- **conflict**: the rules together are unsatisfiable (every input would be IMPOSSIBLE), or two
-  implication rules whose conditions can hold together demand incompatible things; the
+- **conflict**: the rules together are unsatisfiable (every input would be IMPOSSIBLE), a rule
+  contradicts itself through other rules, or two implication rules whose conditions can hold
+  together (alone, and under the rules without either of the two) demand incompatible things; the
   message names the minimised set of rules involved.
 - **never fires**: an implication ``(=> A B)`` whose condition A is impossible under the other
-  rules, so the rule says nothing.
+  rules, so the rule says nothing. When A is possible under the other rules but not under all
+  of them (the rule's conclusion leads back to ``not A``), that is a conflict.
 - **unused variable**: declared but named by no rule (translation can still set it, but no
   check can ever depend on it).
 - **axiom** (info): a rule that is not an implication holds unconditionally; AWS's guidance is that
@@ -147,6 +149,20 @@ class _Linter:
                     "never_fires", f"rule '{self.ids[i]}' can never fire: its condition is impossible{because}",
                     (self.ids[i], *(self.ids[j] for j in core)),
                 ))
+                continue
+            # Its condition can hold under the other rules but not under all of them: the rule's
+            # own conclusion, through other rules, contradicts its condition.
+            try:
+                core = self.core_of([*self.lits, self.guards[i]])
+            except _OutOfTime as exc:
+                self.too_complex(f"could not decide whether rule '{self.ids[i]}' contradicts itself ({exc.why})", [self.ids[i]])
+                continue
+            if core is not None:
+                dead.add(i)
+                names = tuple(self.ids[j] for j in core)
+                self.issues.append(LintIssue(
+                    "conflict", f"rules {', '.join(names)} contradict each other whenever the condition of '{self.ids[i]}' holds", names,
+                ))
         self.progress("never_fires", total, total)
         return dead
 
@@ -177,8 +193,19 @@ class _Linter:
         self.progress("conflicts", total, total)
 
     def pair(self, a: int, b: int) -> None:
-        core = self.core_of([*self.lits, self.guards[a], self.guards[b]])
-        if core is not None and a in core and b in core:
+        """A conflict when both rules are needed for the contradiction (without either one, the
+        two conditions can hold together): a test that does not depend on which of several
+        minimal cores the solver happens to find. Every core then holds both; one names them."""
+        guards = [self.guards[a], self.guards[b]]
+        for k in (a, b):
+            without = [lit for j, lit in enumerate(self.lits) if j != k]
+            result = self.check([*without, *guards])
+            if result == z3.unknown:
+                raise _OutOfTime(f"the solver returned unknown ({self.s.reason_unknown()})")
+            if result == z3.unsat:
+                return
+        core = self.core_of([*self.lits, *guards])
+        if core is not None:
             names = tuple(self.ids[j] for j in core)
             self.issues.append(LintIssue(
                 "conflict", f"rules {', '.join(names)} conflict when the conditions of '{self.ids[a]}' and '{self.ids[b]}' both hold", names,
