@@ -7,15 +7,18 @@ Both return the same rows and the same float32 scores, ties broken by lower row 
   partitions it. Its cost grows with the corpus: about 80 ms per query at 21M passages before any
   term is scored.
 - `top_k_maxscore` (the default) touches only the query terms' postings and prunes with
-  MaxScore (Turtle & Flood, 1995) and impact-ordered champion lists: a threshold theta comes
-  from the exact scores of each term's best postings; terms whose upper bounds (largest score in
-  the term's postings, stored at build) sum below theta are non-essential (a passage holding only
-  them cannot make the top k); from each essential term only postings scoring at least
-  ``theta - (bounds of every other term)`` are read, a prefix of its champion list. The
-  candidates are then scored exactly as the exhaustive scorer does (float32 sums in query-term
-  order, each term's list binary-searched), so ids and scores are bit-identical, not merely
-  close. When the candidates would exceed 1/8 of the corpus (queries made only of very common
-  words), the exhaustive array is cheaper and is used.
+  MaxScore (Turtle & Flood, 1995) and impact-ordered champion lists. Rare terms' short lists are
+  scored whole; with each long term's best postings they give a threshold theta (a k-th best
+  exact score of real passages). A passage reaches theta only if it scores at least
+  ``theta - (upper bounds of every other long term)`` on each long term (bounds: the largest
+  score in a term's postings, stored at build); where that need is positive the qualifying
+  passages are a prefix of the term's champion list, and the smallest such prefix holds every
+  candidate. Otherwise MaxScore's split: long terms whose bounds sum below theta cannot lift a
+  passage alone, so a candidate must hold one of the others. The candidates are then scored
+  exactly as the exhaustive scorer does (float32 sums in query-term order, each term's list
+  binary-searched), so ids and scores are bit-identical, not merely close. When the candidates
+  would exceed 1/8 of the corpus (queries made only of very common words), one pass over a score
+  array is cheaper and is used, with theta replacing the corpus-wide partition.
 
 Bounds are float64 and every pruning test carries a relative margin far above the float32
 rounding of a sum of a few hundred terms, so rounding can never prune a true top-k passage.
