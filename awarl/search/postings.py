@@ -36,6 +36,7 @@ VOCAB_FILE = "vocab.index.json"
 PARAMS_FILE = "params.index.json"
 NONOCC_FILE = "nonoccurrence_array.index.npy"
 TERM_MAX_FILE = "term_max.npy"
+SCORE_MIN_FILE = "score_min.npy"  # the smallest stored score: MaxScore needs none below 0
 CHAMP_PTR_FILE = "champions.indptr.npy"
 CHAMP_ROWS_FILE = "champions.indices.npy"
 CHAMP_DATA_FILE = "champions.data.npy"
@@ -111,7 +112,7 @@ class Postings:
 
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int,
                  vocab: dict[str, int], term_max: np.ndarray, nonoccurrence: np.ndarray | None,
-                 champions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
+                 champions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, score_min: float | None = None):
         # Plain ndarray views of memory maps: np.memmap's Python-level slicing costs ~5 us a call.
         self.data, self.indices, self.indptr = np.asarray(data), np.asarray(indices), np.asarray(indptr)
         self.num_docs = num_docs
@@ -122,8 +123,10 @@ class Postings:
             champions = build_champions(self.data, self.indices, self.indptr)
         self.champ_ptr, self.champ_rows, self.champ_neg = (np.asarray(a) for a in champions)
         # MaxScore's bounds hold only if no score is negative (true for every bm25s variant's
-        # stored scores; checked once so a future variant cannot silently break exactness).
-        self.nonnegative = bool(len(term_max) == 0 or _column_min_nonnegative(data))
+        # stored scores; checked at build, so a future variant cannot silently break exactness,
+        # and stored, so opening a large index does not read every score).
+        self.score_min = _score_min(self.data) if score_min is None else float(score_min)
+        self.nonnegative = self.score_min >= 0
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -165,6 +168,7 @@ class Postings:
         np.save(out / INDICES_FILE, np.asarray(self.indices))
         np.save(out / INDPTR_FILE, np.asarray(self.indptr))
         np.save(out / TERM_MAX_FILE, np.asarray(self.term_max))
+        np.save(out / SCORE_MIN_FILE, np.float32(self.score_min))
         np.save(out / CHAMP_PTR_FILE, self.champ_ptr)
         np.save(out / CHAMP_ROWS_FILE, self.champ_rows)
         np.save(out / CHAMP_DATA_FILE, self.champ_neg)
@@ -199,7 +203,8 @@ class Postings:
             champions = tuple(np.load(folder / name, mmap_mode=mode) for name in (CHAMP_PTR_FILE, CHAMP_ROWS_FILE, CHAMP_DATA_FILE))
             if len(champions[0]) != len(indptr):
                 raise DataError(folder / CHAMP_PTR_FILE, "-", "does not match the vocabulary; the index is damaged, rebuild it")
-        return cls(data, indices, indptr, num_docs, vocab, term_max, nonocc, champions)
+        score_min = float(np.load(folder / SCORE_MIN_FILE)) if (folder / SCORE_MIN_FILE).exists() else None
+        return cls(data, indices, indptr, num_docs, vocab, term_max, nonocc, champions, score_min)
 
 
 def _read_object(path: Path) -> dict[str, Any]:
@@ -211,9 +216,9 @@ def _read_object(path: Path) -> dict[str, Any]:
     return obj
 
 
-def _column_min_nonnegative(data: np.ndarray) -> bool:
+def _score_min(data: np.ndarray) -> float:
     step = 1 << 24
-    return all(float(np.min(data[i : i + step])) >= 0 for i in range(0, len(data), step)) if len(data) else True
+    return min((float(np.min(data[i : i + step])) for i in range(0, len(data), step)), default=0.0)
 
 
 def _term_max(data: np.ndarray, indptr: np.ndarray) -> np.ndarray:
@@ -386,6 +391,7 @@ def build(texts: Iterable[str], out: Path, tokenizer: Tokenizer, scoring: Scorin
         build_champions(data, indices, indptr, folder=out)
         np.save(out / INDPTR_FILE, indptr)
         np.save(out / TERM_MAX_FILE, term_max)
+        np.save(out / SCORE_MIN_FILE, np.float32(_score_min(data)))
         if nonocc is not None:
             np.save(out / NONOCC_FILE, nonocc)
         del data, indices

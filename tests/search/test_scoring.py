@@ -126,3 +126,25 @@ def test_every_variant_scores_like_bm25s(method):
     got = index.search(q, 3)
     for row, w in zip(got, want):
         np.testing.assert_allclose([h.score for h in row], w[: len(row)], rtol=1e-6)
+
+
+def test_a_negative_score_turns_pruning_off_and_stays_exact():
+    """MaxScore's bounds assume no negative score; a matrix with one falls back to the exhaustive scorer."""
+    index = _index(["paris river film", "rome river", "film score", "paris paris", "river"] * 4)
+    p = index.postings
+    p.data[0] = -0.5
+    p.score_min, p.nonnegative = float(p.data.min()), False
+    for q in ["paris river", "film score river", "rome"]:
+        [ids] = index._query_token_ids([q])
+        want = _reference(index, ids, 3)
+        got = top_k_maxscore(p, ids, 3, dense_share=None, short_list=0)
+        assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
+
+
+def test_saved_index_keeps_its_score_floor(tmp_path):
+    from awarl.search.index import load_index
+
+    index = _index(["paris river film", "rome river"])
+    loaded = load_index(index.save(tmp_path / "idx"))
+    assert (tmp_path / "idx" / "bm25s" / "score_min.npy").exists()
+    assert loaded.postings.nonnegative and loaded.postings.score_min == pytest.approx(index.postings.score_min)
