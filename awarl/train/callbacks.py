@@ -193,7 +193,10 @@ class HyperparameterCallback(Callback):
         if "tensorboard" in report:
             from torch.utils.tensorboard import SummaryWriter
 
-            writer = SummaryWriter(log_dir=args.logging_dir)
+            # transformers 5.x dropped TrainingArguments.logging_dir in some versions; its tensorboard
+            # callback then writes under <output_dir>/runs, so the hparams go there too.
+            log_dir = getattr(args, "logging_dir", None) or str(Path(args.output_dir) / "runs")
+            writer = SummaryWriter(log_dir=log_dir)
             try:
                 writer.add_hparams(self.hparams, {"hparams/logged": 1.0}, run_name=".")
                 writer.add_text("awarl/hyperparameters",
