@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -110,7 +112,8 @@ def _wait_up(url: str, proc: subprocess.Popen) -> None:
 
 def test_serve_with_workers_shares_one_index_and_survives_a_rebuild(built, tmp_path):
     """Two forked workers answer on one port; rebuilding the served folder in place (with a
-    different corpus) changes nothing for them: same answers from every worker, no crash."""
+    different corpus) changes nothing for them: same answers from every worker, no crash; a
+    killed worker is replaced by one serving the same (old) index."""
     pytest.importorskip("uvicorn", reason="the server needs the 'serve' extra")
     from concurrent.futures import ThreadPoolExecutor
 
@@ -144,10 +147,21 @@ def test_serve_with_workers_shares_one_index_and_survives_a_rebuild(built, tmp_p
         with ThreadPoolExecutor(max_workers=16) as pool:
             second = list(pool.map(ask, range(96)))
         assert proc.poll() is None
+        # a worker that dies is replaced, forked from the same loaded index
+        victim = second[0][2]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while True:
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                third = list(pool.map(ask, range(48)))
+            if victim not in {w for _, _, w in third} and len({w for _, _, w in third}) == 2:
+                break
+            assert time.monotonic() < deadline, "the killed worker was not replaced"
+            time.sleep(0.5)
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    assert all(ids == want[q] for q, ids, _ in first + second)
+    assert all(ids == want[q] for q, ids, _ in first + second + third)
     assert len({w for _, _, w in first + second}) == 2  # both workers answered
     assert proc.returncode == 0 or proc.returncode == -15
 
