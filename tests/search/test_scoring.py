@@ -105,8 +105,9 @@ def test_maxscore_equals_exhaustive_on_a_zipfian_corpus():
         for k in (1, 10, 100):
             want = _reference(index, ids, k)
             for short_list in (None, 0):
-                got = top_k_maxscore(index.postings, ids, k, dense_share=None, short_list=short_list)
-                assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
+                for dense_share in (None, 8, 64):  # 8 and 64 reach the dense passes (essential terms only, then all)
+                    got = top_k_maxscore(index.postings, ids, k, dense_share=dense_share, short_list=short_list)
+                    assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
 
 
 @pytest.mark.parametrize("method", METHODS)
