@@ -116,6 +116,7 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     short = lengths <= (min(SHORT_LIST, max(64, p.num_docs // 500)) if short_list is None else short_list)
     long_terms, long_counts, long_bounds = terms[~short], counts[~short], bounds[~short]
     total = float(long_bounds.sum())
+    const = float(p.nonoccurrence[token_ids].sum()) if p.nonoccurrence is not None else 0.0
     # 1. Every passage holding a rare (short-list) term is a candidate, scored exactly; with the
     #    best postings of the long terms they give a threshold: the k-th best exact score among
     #    real passages, so the true k-th best is at least as high.
@@ -126,7 +127,8 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
         wider = wider[~_isin_sorted(wider, seed)]
         seed, seed_scores = _merge(seed, seed_scores, wider, score_rows(p, token_ids, wider))
         kth = np.partition(seed_scores, len(seed) - k)[len(seed) - k] if len(seed) >= k else np.float32(0)
-        theta = float(kth) / margin
+        # bm25l / bm25+ add the same constant to every passage's score; the bounds exclude it
+        theta = max(0.0, float(kth) - const - 4 * 2.0**-24 * (abs(float(kth)) + const)) / margin if len(seed) >= k else 0.0
         # 2. A passage outside the short lists scores at most the long terms' bounds, so to reach
         #    theta it needs at least `need` from each long term u (all the others giving at most
         #    their bounds). Where a need is positive the passage must be in u's list with at least
