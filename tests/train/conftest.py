@@ -27,6 +27,29 @@ def train_files(hotpot_prepared, tmp_path_factory) -> dict[str, Path]:
     return {"records": out / "records.jsonl", "records_nop": out / "records_nop.jsonl", "corpus": out / "corpus.jsonl"}
 
 
+WORLD_ROLLOUT = {"scope": "global", "topk": 3, "passage_words": 20, "max_searches": 2, "max_completion_tokens": 320}
+"""The rollout settings the tiny test model was warm-started under (`awarl.train.tiny.warm_start_on_world`)."""
+
+
+@pytest.fixture(scope="session")
+def world_train_files(test_world, tmp_path_factory) -> dict[str, Path]:
+    """The test world's RL split as records.jsonl (with ``p``), records_nop.jsonl (without) and its
+    corpus: questions the warm-started tiny model can answer, miss or abstain on, so GRPO sees
+    rewards that differ within a group (on the HotpotQA sample it mostly answers nothing)."""
+    from awarl.data.adapters import load_dataset_file
+    from awarl.data.records import write_jsonl
+    from awarl.data.world import write_world
+
+    out = tmp_path_factory.mktemp("world_train")
+    files = write_world(test_world, out / "world")
+    records, _ = load_dataset_file("musique", files["rl"])
+    rows = [r.to_dict() for r in records]
+    write_jsonl(out / "records_nop.jsonl", rows)
+    write_jsonl(out / "records.jsonl", [{**row, "p": 0.8 if i % 2 else 0.1} for i, row in enumerate(rows)])
+    return {"records": out / "records.jsonl", "records_nop": out / "records_nop.jsonl", "corpus": files["corpus"],
+            "rollout": [f"rollout.{k}={v}" for k, v in WORLD_ROLLOUT.items()]}
+
+
 def tiny_overrides(model_dir: Path, files: dict[str, Path], output_dir: Path, **grpo: object) -> list[str]:
     """The tiny recipe pointed at the test files, with small batches."""
     settings = {
@@ -38,6 +61,7 @@ def tiny_overrides(model_dir: Path, files: dict[str, Path], output_dir: Path, **
         f"model.path={model_dir}",
         "sft.enabled=false",  # GRPO starts from model_dir itself
         "rollout.max_completion_tokens=256",
+        *files.get("rollout", []),  # the settings the data was made for (the world's)
         f"data.records={files['records']}",
         "data.capability=null",
         f"data.corpus={files['corpus']}",

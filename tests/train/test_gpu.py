@@ -14,6 +14,12 @@ from awarl.train.config import TrainConfig
 from .conftest import TINY_RECIPE, tiny_overrides
 
 
+@pytest.fixture(scope="module")
+def train_files(world_train_files):
+    """GRPO runs on the test world: data the warm-started tiny model can get right, wrong or abstain on."""
+    return world_train_files
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_tiny_recipe_bf16_on_cuda(tiny_sft_model_dir, train_files, tmp_path):

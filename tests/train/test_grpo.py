@@ -21,6 +21,12 @@ from .conftest import ROOT, TINY_RECIPE, tiny_overrides
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture(scope="module")
+def train_files(world_train_files):
+    """GRPO runs on the test world: data the warm-started tiny model can get right, wrong or abstain on."""
+    return world_train_files
+
 AWA_KEYS = ("awa/refusal_rate", "awa/expected_refusal_rate", "awa/E", "awa/E_ema", "awa/penalty",
             "awa/accuracy", "awa/precision", "awa/ra_f1", "env/searches_per_rollout")
 
@@ -95,7 +101,7 @@ def test_resolved_recipe_is_saved_beside_the_checkpoints(full_run):
     for folder in (out, final):
         saved = TrainConfig.from_yaml(folder / "awarl_recipe.yaml")
         assert saved.rollout.resolved() == load_rollout(folder).resolved()
-        assert (saved.reward.gamma, saved.rollout.max_completion_tokens) == (0.5, 256)
+        assert (saved.reward.gamma, saved.rollout.max_completion_tokens) == (0.5, 320)
 
 
 KILLER = textwrap.dedent("""
