@@ -99,3 +99,38 @@ def tiny_sft_model_dir(tiny_model_dir) -> Path:
     key = _fingerprint(ROOT / "awarl/train/tiny.py", ROOT / "awarl/protocol.py", ROOT / "awarl/agent/env.py",
                        ROOT / "awarl/train/sft.py", ROOT / "awarl/search/retriever.py")
     return _locked_build(CACHE / f"tiny-sft-{key}", lambda d: warm_start_on_samples(tiny_model_dir, d, SAMPLES))
+
+
+TEST_WORLD = {"persons": 120, "seed": 0}
+"""The small synthetic world (awarl.data.world) of the tests that train or serve a world agent."""
+
+
+@pytest.fixture(scope="session")
+def test_world():
+    from awarl.data.world import WorldConfig, generate_world
+
+    return generate_world(WorldConfig(**TEST_WORLD))
+
+
+@pytest.fixture(scope="session")
+def tiny_world_model_dir(test_world) -> Path:
+    """A random tiny Qwen2 model whose tokenizer knows the test world (passage ids as whole tokens)."""
+    from awarl.data.world import world_texts
+    from awarl.train.tiny import build_tiny_model, sample_texts
+
+    key = _fingerprint(ROOT / "awarl/train/tiny.py", ROOT / "awarl/protocol.py", ROOT / "awarl/data/world.py")
+    return _locked_build(CACHE / f"tiny-world-{key}", lambda d: build_tiny_model(
+        d, sample_texts(SAMPLES) + world_texts(test_world), whole_tokens=[f"[{p.id}]" for p in test_world.passages]))
+
+
+@pytest.fixture(scope="session")
+def tiny_world_sft_model_dir(tiny_world_model_dir, test_world) -> Path:
+    """The world model after a short warm start on the test world's two-search trajectories: on world
+    questions it answers right, wrong or abstains, so GRPO groups get rewards that differ."""
+    from awarl.train.tiny import warm_start_on_world
+
+    key = _fingerprint(ROOT / "awarl/train/tiny.py", ROOT / "awarl/protocol.py", ROOT / "awarl/agent/env.py",
+                       ROOT / "awarl/train/sft.py", ROOT / "awarl/search/retriever.py", ROOT / "awarl/data/world.py")
+    return _locked_build(CACHE / f"tiny-world-sft-{key}",
+                         lambda d: warm_start_on_world(tiny_world_model_dir, d, test_world))
+

@@ -157,10 +157,10 @@ def test_bad_input_is_reported_clearly(prepared, tiny_sft_model_dir, tmp_path):
     assert res.exit_code == 1 and "0 <= i < n" in res.output
     write_jsonl(tmp_path / "k4.jsonl", [{"id": "a", "p": 0.5, "capability": {"k": 4}}])
     with pytest.raises(DataError, match="estimated with k=4, this run uses k=2"):
-        read_done(tmp_path / "k4.jsonl", 2)
+        read_done(tmp_path / "k4.jsonl", CapabilityConfig(model="x", data=prepared, out=tmp_path / "o.jsonl", k=2))
     write_jsonl(tmp_path / "m.jsonl", [{"id": "a", "p": 0.5, "capability": {"k": 2, "model": "base", "temperature": 1.0}}])
     with pytest.raises(DataError, match="estimated with model='base', this run uses model='sft'"):
-        read_done(tmp_path / "m.jsonl", 2, "sft", 1.0)
+        read_done(tmp_path / "m.jsonl", CapabilityConfig(model="sft", data=prepared, out=tmp_path / "o.jsonl", k=2))
 
 
 def test_degenerate_estimates_are_summarised_with_a_warning(tmp_path):

@@ -44,10 +44,11 @@ def test_bad_configs_name_the_file_and_the_problem(tmp_path, data, message):
     assert path in str(err.value) and message in str(err.value)
 
 
-def test_shipped_chat_configs_load_or_name_their_missing_inputs():
+def test_shipped_chat_configs_load_or_name_their_missing_inputs(tmp_path, monkeypatch):
     for name in ("pricing", "benefits"):
         s = load_chat_config(ROOT / "configs" / "chat" / f"{name}.yaml")
         assert s.policy_name == name and s.generator is None and "Validate-only" in s.mode_note
+    monkeypatch.chdir(tmp_path)  # a folder where no demo has run (the config's paths are relative to it)
     with pytest.raises(ChatConfigError, match="runs/demo/world/policy.yaml does not exist"):
         load_chat_config(ROOT / "configs" / "chat" / "world.yaml")
 

@@ -102,14 +102,14 @@ def test_default_reads_the_demo_manifest(tmp_path, world_dir, tiny_model_dir):
     assert s.resample_feedback is False  # on the bare question: feedback text derails the tiny world agent
 
 
-def test_verify_and_resample_with_the_tiny_world_agent(make_manager, tmp_path, test_world, tiny_sft_model_dir):
+def test_verify_and_resample_with_the_tiny_world_agent(make_manager, tmp_path, test_world, tiny_world_sft_model_dir):
     """The tiny world agent (a real checkpoint, warm-started on this world) through the rollout runner and
     the search tool, under the rollout settings saved with it. It only answers, so each failed check
     re-asks it with the finding as feedback, sampled at the configured temperature."""
     from awarl.data.world import write_world
 
     files = write_world(test_world, tmp_path / "world")
-    m = make_manager(None, generator=f"hf:{tiny_sft_model_dir}", policy=str(files["policy"]), policy_name="world",
+    m = make_manager(None, generator=f"hf:{tiny_world_sft_model_dir}", policy=str(files["policy"]), policy_name="world",
                      corpus=str(files["corpus"]), max_iterations=2, temperature=1.0)
     assert not m.config()["decisions"]
     questions = [q for q in test_world.split("eval")][:4]

@@ -20,6 +20,12 @@ def train_files(world_train_files):
     return world_train_files
 
 
+@pytest.fixture(scope="module")
+def tiny_sft_model_dir(tiny_world_sft_model_dir):
+    """The tiny model warm-started on that world."""
+    return tiny_world_sft_model_dir
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_tiny_recipe_bf16_on_cuda(tiny_sft_model_dir, train_files, tmp_path):

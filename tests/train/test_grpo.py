@@ -27,6 +27,12 @@ def train_files(world_train_files):
     """GRPO runs on the test world: data the warm-started tiny model can get right, wrong or abstain on."""
     return world_train_files
 
+
+@pytest.fixture(scope="module")
+def tiny_sft_model_dir(tiny_world_sft_model_dir):
+    """The tiny model warm-started on that world."""
+    return tiny_world_sft_model_dir
+
 AWA_KEYS = ("awa/refusal_rate", "awa/expected_refusal_rate", "awa/E", "awa/E_ema", "awa/penalty",
             "awa/accuracy", "awa/precision", "awa/ra_f1", "env/searches_per_rollout")
 
@@ -46,15 +52,20 @@ def _prompts(run: Path, step: int) -> list[str]:
     return [str(p) for p in frame["prompt"]]
 
 
+def _full_overrides(model_dir, files, out):
+    """Two steps, a checkpoint and an evaluation on 4 held-out questions after each (evaluation samples
+    too, so a run compared with this one must evaluate the same way)."""
+    overrides = tiny_overrides(model_dir, files, out, log_completions="true", eval_strategy="steps", eval_steps=1,
+                               per_device_eval_batch_size=16)
+    return [*overrides, f"data.eval_records={files['records']}", "data.eval_limit=4"]
+
+
 @pytest.fixture(scope="module")
 def full_run(tiny_sft_model_dir, train_files, tmp_path_factory):
     """Two steps without interruption, a checkpoint after each, and an evaluation on a held-out split
     after each (the eval records carry p like the training ones)."""
     out = tmp_path_factory.mktemp("grpo_full")
-    overrides = tiny_overrides(tiny_sft_model_dir, train_files, out, log_completions="true", eval_strategy="steps",
-                               eval_steps=1, per_device_eval_batch_size=16)
-    cfg = TrainConfig.from_yaml(TINY_RECIPE, [*overrides, f"data.eval_records={train_files['records']}",
-                                              "data.eval_limit=4"])
+    cfg = TrainConfig.from_yaml(TINY_RECIPE, _full_overrides(tiny_sft_model_dir, train_files, out))
     final = grpo.main(cfg)
     return out, final
 
@@ -122,7 +133,7 @@ KILLER = textwrap.dedent("""
 def test_killed_run_resumes_with_same_step_penalty_and_data(full_run, tiny_sft_model_dir, train_files, tmp_path):
     full, _ = full_run
     out = tmp_path / "grpo_killed"
-    overrides = tiny_overrides(tiny_sft_model_dir, train_files, out, log_completions="true")
+    overrides = _full_overrides(tiny_sft_model_dir, train_files, out)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", KILLER, str(TINY_RECIPE), *overrides], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
