@@ -23,6 +23,7 @@ import typer
 
 from awarl.agent.settings import RolloutSettings, load_rollout, option_help
 from awarl.config_fields import ConfigError, read_yaml_file
+from awarl.llm.spec import checkpoint_folder
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,7 @@ def rollout_from(config: Path | None, given: dict[str, Any], checkpoint: str | N
     base = RolloutSettings()
     if config is not None:
         base = recipe_rollout(config)
-    elif checkpoint and Path(checkpoint.split(":", 1)[-1] if checkpoint.startswith(("hf:", "vllm:")) else checkpoint).is_dir():
-        folder = Path(checkpoint.split(":", 1)[-1] if checkpoint.startswith(("hf:", "vllm:")) else checkpoint)
+    elif checkpoint and (folder := checkpoint_folder(checkpoint)) is not None:
         try:
             base = load_rollout(folder)
             log.info("%s: using the rollout settings saved with the checkpoint", folder)

@@ -319,8 +319,12 @@ def checkpoint_hyperparameters(model: str) -> dict[str, Any] | None:
     from awarl.agent.settings import RECIPE_FILE
     from awarl.config_fields import ConfigError, read_yaml_file
 
-    bare = model.split(":", 1)[1] if model.startswith(("hf:", "vllm:")) else model
-    for base in (Path(bare), Path(bare).parent):
+    from awarl.llm.spec import checkpoint_folder
+
+    folder = checkpoint_folder(model)
+    if folder is None:
+        return None
+    for base in (folder, folder.parent):
         path = base / RECIPE_FILE
         if not path.is_file():
             continue

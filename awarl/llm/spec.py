@@ -87,6 +87,22 @@ def parse_spec(spec: str) -> BackendSpec:
     return BackendSpec(kind, rest)
 
 
+def checkpoint_folder(spec: str) -> Path | None:
+    """The local folder a spec names (``PATH``, ``hf:PATH``, ``vllm:PATH``), or None (an endpoint, a hub id,
+    a bad spec): where the settings saved with a checkpoint are looked up.
+
+    >>> checkpoint_folder("openai:http://127.0.0.1:8000/v1#agent") is None
+    True
+    """
+    try:
+        parsed = parse_spec(spec)
+    except BackendError:
+        return None
+    if parsed.kind == "openai" or not Path(parsed.target).is_dir():
+        return None
+    return Path(parsed.target)
+
+
 def load_backend(spec: str, options: BackendOptions | None = None, **overrides: object) -> Generator:
     """Build the backend a spec names; ``overrides`` set `BackendOptions` fields by name."""
     opts = options or BackendOptions()

@@ -27,6 +27,7 @@ from typing import Any
 
 from awarl.protocol import build_messages
 from awarl.data.records import DataError, QARecord, iter_jsonl, load_records
+from awarl.llm.spec import checkpoint_folder
 from awarl.train.config import ConfigError, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -100,13 +101,12 @@ def _check_measured(path: str, lineno: int, measured: dict[str, Any], config: Tr
 def same_checkpoint(spec: str, path: str) -> bool:
     """Whether a backend spec (PATH, hf:PATH, vllm:PATH, openai:URL#MODEL) names the checkpoint ``path``;
     an OpenAI-compatible endpoint cannot be compared and counts as the same."""
-    if spec.startswith("openai:"):
+    if spec.startswith(("openai:", "http://", "https://")):
         return True
-    bare = spec.split(":", 1)[1] if spec.startswith(("hf:", "vllm:")) else spec
-    if bare == path:
+    if spec.split(":", 1)[-1] == path or spec == path:
         return True
-    a, b = Path(bare), Path(path)
-    return a.exists() and b.exists() and a.resolve() == b.resolve()
+    folder = checkpoint_folder(spec)
+    return folder is not None and Path(path).exists() and folder.resolve() == Path(path).resolve()
 
 
 # -- stage 2: dataset ----------------------------------------------------------------------------------------
