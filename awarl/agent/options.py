@@ -21,7 +21,7 @@ from typing import Any
 
 import typer
 
-from awarl.agent.settings import RolloutSettings, load_rollout, option_help
+from awarl.agent.settings import RolloutSettings, check_recipe_layout, load_rollout, option_help
 from awarl.config_fields import ConfigError, read_yaml_file
 from awarl.llm.spec import checkpoint_folder
 
@@ -74,6 +74,7 @@ def recipe_rollout(path: Path) -> RolloutSettings:
     raw = read_yaml_file(path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a recipe is a YAML mapping, got {type(raw).__name__}")
+    check_recipe_layout(raw, str(path))
     return RolloutSettings.from_dict(raw.get("rollout") or {}, f"{path}: rollout")
 
 

@@ -165,6 +165,29 @@ def load_rollout(folder: str | Path) -> RolloutSettings:
                       f"not say which rollout settings it was trained with (pass them explicitly)")
 
 
+_MOVED = {
+    ("data", "scope"): "rollout.scope",
+    ("data", "system_prompt"): "rollout.system_prompt",
+    ("reward", "outcome"): "rollout.metric",
+    ("reward", "refusal_phrases"): "rollout.refusal_phrases",
+    ("grpo", "max_completion_length"): "rollout.max_completion_tokens",
+    ("grpo", "max_tool_calling_iterations"): "rollout.max_searches",
+}
+
+
+def check_recipe_layout(raw: dict[str, Any], where: str) -> None:
+    """Refuse a recipe that declares part of the agent outside its ``rollout:`` section (the old layout,
+    or a TRL field that the rollout settings set), naming the new place: otherwise one stage would read
+    it and another would not."""
+    if "env" in raw:
+        raise ConfigError(f"{where}: the 'env' section is now 'rollout' (topk, passage_words instead of "
+                          f"max_passage_words, max_searches), shared by p_i, training and evaluation")
+    for (section, key), new in _MOVED.items():
+        if isinstance(raw.get(section), dict) and key in raw[section]:
+            raise ConfigError(f"{where}: {section}.{key} is set from {new} (one definition of the agent for p_i, "
+                              f"training and evaluation): remove it from {section} and set {new}")
+
+
 def require_same(expected: RolloutSettings, recorded: Any, *, what: str, fix: str) -> None:
     """Refuse ``what`` (a file, a run) recorded under other rollout settings, naming both values and the fix."""
     diff = expected.mismatch(recorded)
@@ -183,4 +206,5 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-__all__ = ["RECIPE_FILE", "ROLLOUT_FILE", "RolloutSettings", "load_rollout", "option_help", "require_same"]
+__all__ = ["RECIPE_FILE", "ROLLOUT_FILE", "RolloutSettings", "check_recipe_layout", "load_rollout", "option_help",
+           "require_same"]

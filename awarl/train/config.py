@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import yaml
 
-from awarl.agent.settings import RECIPE_FILE, RolloutSettings
+from awarl.agent.settings import RECIPE_FILE, RolloutSettings, check_recipe_layout
 from awarl.config_fields import ConfigError, build, check_type, closest, load_yaml, read_yaml_file
 from awarl.config_fields import doc as _doc
 from awarl.rewards.config import RewardConfig
@@ -160,7 +160,7 @@ class TrainConfig:
         if not isinstance(raw, dict):
             raise ConfigError(f"{where}: the recipe must be a YAML mapping, got {type(raw).__name__}")
         raw = dict(raw)
-        _refuse_moved(raw, where)
+        check_recipe_layout(raw, where)
         raw.pop("source", None)
         nested = {name: (lambda value, at, c=c: build(c, value, at)) for name, c in _SECTIONS.items()}
         nested["reward"] = lambda value, at: RewardConfig.from_dict(value or {}, at)
@@ -229,11 +229,6 @@ class TrainConfig:
         """Cross-section checks that need no torch."""
         if not self.model.path:
             raise ConfigError("model.path is empty: set it to a local model folder or a hub id you have cached")
-        for key, instead in (("max_completion_length", "rollout.max_completion_tokens"),
-                             ("max_tool_calling_iterations", "rollout.max_searches")):
-            if key in self.grpo:
-                raise ConfigError(f"grpo.{key} is set from {instead} (one definition of the agent for p_i, training "
-                                  f"and evaluation): remove it from grpo and set {instead}")
         for key, kind in (("num_generations", int), ("save_steps", int), ("gradient_accumulation_steps", int),
                           ("steps_per_generation", int), ("num_iterations", int), ("beta", float),
                           ("learning_rate", float), ("max_steps", int), ("temperature", float)):
@@ -299,18 +294,6 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{where} must be a mapping of fields, got {type(value).__name__}")
     return dict(value)
-
-
-def _refuse_moved(raw: dict[str, Any], where: str) -> None:
-    """Recipes written for the old layout get the new place of each field, not 'unknown field'."""
-    if "env" in raw:
-        raise ConfigError(f"{where}: the 'env' section is now 'rollout' (topk, passage_words instead of "
-                          f"max_passage_words, max_searches), shared by p_i, training and evaluation")
-    data = raw.get("data")
-    if isinstance(data, dict):
-        for key in ("scope", "system_prompt"):
-            if key in data:
-                raise ConfigError(f"{where}: data.{key} moved to rollout.{key} (one definition of the agent)")
 
 
 def apply_override(raw: dict[str, Any], item: str) -> None:
