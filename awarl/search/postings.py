@@ -11,6 +11,15 @@ go to a temporary file, and a second pass scatters scores straight into memory-m
 arrays (each term's postings stay sorted by row because chunks are visited in row order). Memory
 is the vocabulary plus one chunk, never the corpus: bm25s's own ``index`` keeps every passage's
 token list in Python lists (about 1 KB per passage), which is what stops it at a few million.
+
+Block bounds and skips (``blockmax.*``), for each frequent term (in at least 1/64 of the
+passages): the largest score it has in every block of 8 consecutive rows, quantised upward to a
+byte of its ``term_max``, and where each block's postings start (an int32 per 256 rows plus a
+byte per block). A query made of frequent words adds those bounds up for every block at once
+and scores only the blocks that can still reach the top k, jumping straight to their postings
+(`awarl.search.scoring`). They cost about 0.27 bytes per passage per bounded term (at most about
+half the disk of the lists they bound, much less for the most frequent terms). Indexes built
+before they existed load and search without them.
 """
 
 from __future__ import annotations
@@ -42,6 +51,14 @@ CHAMP_ROWS_FILE = "champions.indices.npy"
 CHAMP_DATA_FILE = "champions.data.npy"
 CHAMPION_MIN_DF = 256  # shorter posting lists get no champion list (reading them whole is cheap)
 CHAMPION_SHARE = 8  # a champion list holds the best 1/8 of its term's postings (12.5% more disk)
+BLOCK_FILE = "blockmax.npy"  # uint8 [bounded terms, blocks]: each block's largest score, in 1/255 of term_max, rounded up
+BLOCK_TERMS_FILE = "blockmax.terms.npy"  # int32 per term: its row in the block arrays, -1 when not bounded per block
+BLOCK_REL_FILE = "blockmax.skip.npy"  # uint8 [bounded terms, blocks + 1]: first posting of each block, from its 256-row span's
+BLOCK_BASE_FILE = "blockmax.base.npy"  # int32 [bounded terms, spans + 1]: first posting of each 256-row span (from indptr)
+BLOCK_META_FILE = "blockmax.json"  # {"block": rows per block, "span": rows per span}
+BLOCK_ROWS = 8  # rows per block: frequent terms are in nearly every block of 64+ rows, so only small blocks bound anything
+BLOCK_SPAN = 256  # rows per span: a block's start within its span fits a byte (at most 255 postings before it)
+BLOCK_MIN_SHARE = 64  # terms in at least 1/64 of the passages get stored block bounds; rarer ones are bounded on the fly
 NONOCCURRENCE_METHODS = ("bm25l", "bm25+")
 
 
@@ -112,7 +129,8 @@ class Postings:
 
     def __init__(self, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int,
                  vocab: dict[str, int], term_max: np.ndarray, nonoccurrence: np.ndarray | None,
-                 champions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, score_min: float | None = None):
+                 champions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, score_min: float | None = None,
+                 blocks: "BlockBounds | None" = None):
         # Plain ndarray views of memory maps: np.memmap's Python-level slicing costs ~5 us a call.
         self.data, self.indices, self.indptr = np.asarray(data), np.asarray(indices), np.asarray(indptr)
         self.num_docs = num_docs
@@ -127,6 +145,7 @@ class Postings:
         # and stored, so opening a large index does not read every score).
         self.score_min = _score_min(self.data) if score_min is None else float(score_min)
         self.nonnegative = self.score_min >= 0
+        self.blocks = blocks  # None: an index built before block bounds, searched without them (still exact)
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -174,7 +193,39 @@ class Postings:
         np.save(out / CHAMP_DATA_FILE, self.champ_neg)
         if self.nonoccurrence is not None:
             np.save(out / NONOCC_FILE, np.asarray(self.nonoccurrence))
+        if self.blocks is not None:
+            self.blocks.save(out)
         _write_vocab_and_params(out, self.vocab, scoring, self.num_docs)
+
+    def block_bound(self, term: int) -> np.ndarray:
+        """float32 upper bound of ``term``'s score in every block (0 where it is absent): the
+        stored bytes scaled by term_max / 255, or, for a term without them, the per-block maxima
+        of its postings (one pass over a list shorter than 1/64 of the corpus)."""
+        b = self.blocks
+        r = int(b.rows_of[term])
+        if r >= 0:
+            return b.bound[r] * np.float32(float(self.term_max[term]) / 255.0)
+        out = np.zeros(b.n_blocks, dtype=np.float32)
+        start, end = int(self.indptr[term]), int(self.indptr[term + 1])
+        if end > start:
+            blk = self.indices[start:end] // b.rows
+            first = np.flatnonzero(np.concatenate([[True], blk[1:] != blk[:-1]]))
+            out[blk[first]] = np.maximum.reduceat(self.data[start:end], first)
+        return out
+
+    def block_ranges(self, term: int, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each of ``blocks``' (sorted) postings of ``term`` start and end, relative to the
+        term's list: read from the stored skips, else two binary searches per block."""
+        b = self.blocks
+        r = int(b.rows_of[term])
+        if r >= 0:
+            base, rel, shift = b.base[r], b.rel[r], b.shift
+            nxt = blocks + 1
+            return (base[blocks >> shift].astype(np.int64) + rel[blocks],
+                    base[nxt >> shift].astype(np.int64) + rel[nxt])
+        posting = self.indices[int(self.indptr[term]) : int(self.indptr[term + 1])]
+        starts = blocks * b.rows
+        return np.searchsorted(posting, starts), np.searchsorted(posting, starts + b.rows)
 
     @classmethod
     def load(cls, folder: Path, mmap: bool = True) -> "Postings":
@@ -204,7 +255,115 @@ class Postings:
             if len(champions[0]) != len(indptr):
                 raise DataError(folder / CHAMP_PTR_FILE, "-", "does not match the vocabulary; the index is damaged, rebuild it")
         score_min = float(np.load(folder / SCORE_MIN_FILE)) if (folder / SCORE_MIN_FILE).exists() else None
-        return cls(data, indices, indptr, num_docs, vocab, term_max, nonocc, champions, score_min)
+        blocks = BlockBounds.load(folder, mode, len(vocab), num_docs)
+        return cls(data, indices, indptr, num_docs, vocab, term_max, nonocc, champions, score_min, blocks)
+
+
+class BlockBounds:
+    """Per-block score bounds and posting skips of the frequent terms (see the module docstring)."""
+
+    FILES = (BLOCK_META_FILE, BLOCK_TERMS_FILE, BLOCK_FILE, BLOCK_REL_FILE, BLOCK_BASE_FILE)
+
+    def __init__(self, rows: int, span: int, num_docs: int, rows_of: np.ndarray, bound: np.ndarray, rel: np.ndarray,
+                 base: np.ndarray):
+        self.rows, self.span, self.num_docs = rows, span, num_docs
+        self.n_blocks = -(-num_docs // rows)
+        self.shift = (span // rows).bit_length() - 1  # block -> span
+        self.rows_of, self.bound, self.rel, self.base = (np.asarray(a) for a in (rows_of, bound, rel, base))
+
+    @classmethod
+    def load(cls, folder: Path, mode: str | None, vocab_size: int, num_docs: int) -> "BlockBounds | None":
+        present = [(folder / name).exists() for name in cls.FILES]
+        if not any(present):
+            return None  # built before block bounds: searched without them
+        if not all(present):
+            raise DataError(folder / BLOCK_FILE, "-", "block bound files incomplete; the index is damaged, rebuild it with "
+                            "`awarl index build` (or add them with awarl.search.postings.add_block_bounds)")
+        meta = _read_object(folder / BLOCK_META_FILE)
+        rows, span = meta.get("block"), meta.get("span")
+        arrays = [np.load(folder / name, mmap_mode=mode) for name in cls.FILES[1:]]
+        ok = isinstance(rows, int) and isinstance(span, int) and 1 <= rows <= span <= 256 and span % rows == 0
+        ok = ok and ((span // rows) & (span // rows - 1)) == 0
+        if ok:
+            rows_of, bound, rel, base = arrays
+            n_blocks = -(-num_docs // rows)
+            ok = (len(rows_of) == vocab_size and bound.shape == (len(bound), n_blocks) and rel.shape == (len(bound), n_blocks + 1)
+                  and base.shape == (len(bound), (n_blocks >> ((span // rows).bit_length() - 1)) + 1)
+                  and (not len(rows_of) or int(rows_of.max()) < len(bound)))
+        if not ok:
+            raise DataError(folder / BLOCK_FILE, "-", "block bounds do not match the score arrays; the index is damaged, "
+                            "rebuild it with `awarl index build`")
+        return cls(rows, span, num_docs, *arrays)
+
+    def save(self, out: Path) -> None:
+        for name, arr in zip(self.FILES[1:], (self.rows_of, self.bound, self.rel, self.base)):
+            np.save(out / name, np.asarray(arr))
+        (out / BLOCK_META_FILE).write_text(json.dumps({"block": self.rows, "span": self.span}), encoding="utf-8")
+
+
+def build_block_bounds(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, num_docs: int, term_max: np.ndarray,
+                       folder: Path | None = None, rows: int = BLOCK_ROWS, span: int = BLOCK_SPAN,
+                       min_share: int = BLOCK_MIN_SHARE) -> BlockBounds:
+    """Block bounds and skips of every term in at least 1/``min_share`` of the passages (see
+    the module docstring). Each stored byte q satisfies q * term_max / 255 >= the block's
+    largest score (float64, checked). With ``folder`` they are written there a term at a time
+    (memory: one term's list) and returned memory-mapped."""
+    lengths = np.diff(np.asarray(indptr))
+    chosen = np.flatnonzero((lengths * min_share >= num_docs) & (lengths > 0))
+    rows_of = np.full(len(lengths), -1, dtype=np.int32)
+    rows_of[chosen] = np.arange(len(chosen), dtype=np.int32)
+    n_blocks = -(-num_docs // rows)
+    per_span = span // rows
+    shapes = {BLOCK_FILE: (np.uint8, n_blocks), BLOCK_REL_FILE: (np.uint8, n_blocks + 1),
+              BLOCK_BASE_FILE: (np.int32, (n_blocks // per_span) + 1)}
+    if folder is None or not len(chosen):  # (a memory map cannot be empty)
+        out = {name: np.zeros((len(chosen), width), dtype=dtype) for name, (dtype, width) in shapes.items()}
+    else:
+        out = {name: np.lib.format.open_memmap(folder / (name + ".tmp"), mode="w+", dtype=dtype, shape=(len(chosen), width))
+               for name, (dtype, width) in shapes.items()}
+    for r, t in enumerate(chosen):
+        start, end = int(indptr[t]), int(indptr[t + 1])
+        blk = np.asarray(indices[start:end]) // rows
+        first = np.flatnonzero(np.concatenate([[True], blk[1:] != blk[:-1]]))
+        peak = np.maximum.reduceat(np.asarray(data[start:end], dtype=np.float64), first)
+        top = float(term_max[t])
+        q = np.minimum(np.ceil(peak * 255.0 / top), 255.0) if top > 0 else np.zeros_like(peak)
+        under = q * (top / 255.0) < peak  # float64 rounding of the scale: never let a bound fall below a score
+        q[under] = np.minimum(q[under] + 1, 255.0)
+        row = np.zeros(n_blocks, dtype=np.uint8)
+        row[blk[first]] = q.astype(np.uint8)
+        out[BLOCK_FILE][r] = row
+        block_start = np.zeros(n_blocks + 1, dtype=np.int64)  # first posting of every block, and the list's end
+        np.cumsum(np.bincount(blk, minlength=n_blocks), out=block_start[1:])
+        base = block_start[::per_span]
+        out[BLOCK_BASE_FILE][r] = base
+        out[BLOCK_REL_FILE][r] = block_start - np.repeat(base, per_span)[: n_blocks + 1]
+    if folder is not None:
+        for name in shapes:
+            arr = out[name]
+            if isinstance(arr, np.memmap):
+                arr.flush()
+                del arr
+                out[name] = None
+                (folder / (name + ".tmp")).replace(folder / name)
+            else:
+                np.save(folder / name, arr)
+        np.save(folder / BLOCK_TERMS_FILE, rows_of)
+        (folder / BLOCK_META_FILE).write_text(json.dumps({"block": rows, "span": span}), encoding="utf-8")
+        return BlockBounds.load(folder, "r", len(lengths), num_docs)
+    return BlockBounds(rows, span, num_docs, rows_of, out[BLOCK_FILE], out[BLOCK_REL_FILE], out[BLOCK_BASE_FILE])
+
+
+def add_block_bounds(folder: str | Path) -> None:
+    """Add block bounds to the score arrays of an index built before them (``folder`` is the
+    index folder or its ``bm25s`` subfolder): one pass over the frequent terms' lists, much
+    cheaper than a rebuild. Not for an index a server has open (`awarl index build` replaces
+    whole folders atomically; this writes into one)."""
+    folder = Path(folder)
+    if (folder / "bm25s" / DATA_FILE).exists():
+        folder = folder / "bm25s"
+    p = Postings.load(folder, mmap=True)
+    build_block_bounds(p.data, p.indices, p.indptr, p.num_docs, p.term_max, folder=folder)
 
 
 def _read_object(path: Path) -> dict[str, Any]:
@@ -389,6 +548,7 @@ def build(texts: Iterable[str], out: Path, tokenizer: Tokenizer, scoring: Scorin
         indices.flush()
         term_max = _term_max(data, indptr)
         build_champions(data, indices, indptr, folder=out)
+        build_block_bounds(data, indices, indptr, num_docs, term_max, folder=out)
         np.save(out / INDPTR_FILE, indptr)
         np.save(out / TERM_MAX_FILE, term_max)
         np.save(out / SCORE_MIN_FILE, np.float32(_score_min(data)))

@@ -16,9 +16,16 @@ Both return the same rows and the same float32 scores, ties broken by lower row 
   candidate. Otherwise MaxScore's split: long terms whose bounds sum below theta cannot lift a
   passage alone, so a candidate must hold one of the others. The candidates are then scored
   exactly as the exhaustive scorer does (float32 sums in query-term order, each term's list
-  binary-searched), so ids and scores are bit-identical, not merely close. When the candidates
-  would exceed 1/8 of the corpus (queries made only of very common words), one pass over a score
-  array is cheaper and is used, with theta replacing the corpus-wide partition.
+  binary-searched), so ids and scores are bit-identical, not merely close.
+- Queries made of frequent words leave too many candidates for that (more than 1/1024 of the
+  corpus). With the index's block bounds (`awarl.search.postings.BlockBounds`: each frequent
+  term's largest score in every block of 8 rows) the long terms' bounds are summed for every
+  block at once, and blocks are scored exactly, best bound first, in rounds; the k-th best
+  score found so far prunes every block whose bound is below it (block-max pruning, as in
+  Ding & Suel's block-max WAND, but over row ranges so the bounds add up as arrays). Without
+  block bounds (an index built before them, or bm25l / bm25+, where rows outside every list
+  score too) the old path stays: when the candidates would exceed 1/8 of the corpus, one pass
+  over a score array, with theta replacing the corpus-wide partition.
 
 Bounds are float64 and every pruning test carries a relative margin far above the float32
 rounding of a sum of a few hundred terms, so rounding can never prune a true top-k passage.
@@ -101,10 +108,11 @@ DENSE_SHARE = 8  # more candidates than 1/8 of the corpus: the exhaustive array 
 
 
 def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int | None = DENSE_SHARE,
-                   short_list: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   short_list: int | None = None, blocks: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k touching only what can still reach it (see the module docstring).
     ``dense_share=None`` never falls back to the exhaustive array and ``short_list=0`` treats
-    every list as long (tests use both to reach every path on small corpora)."""
+    every list as long (tests use both to reach every path on small corpora); ``blocks=False``
+    ignores the index's block bounds (the benchmark's baseline)."""
     if len(token_ids) == 0:
         return _EMPTY
     if not p.nonnegative:
@@ -151,8 +159,12 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
         for u in order[~nonessential]:
             size += p.list_length(int(long_terms[u]))
             if dense_share is not None and size * dense_share > p.num_docs:
+                if blocks and _use_blocks(p):
+                    return _top_k_blocks(p, token_ids, k, long_terms, long_counts, seed, seed_scores)
                 return _top_k_dense(p, token_ids, k, kth)
             parts.append(p.rows_at_least(int(long_terms[u]), 0.0))
+    if parts and blocks and _use_blocks(p) and sum(len(x) for x in parts) * BLOCK_SHARE > p.num_docs:
+        return _top_k_blocks(p, token_ids, k, long_terms, long_counts, seed, seed_scores)
     if parts:
         more = _union(parts)
         more = more[~_isin_sorted(more, seed)]
@@ -161,6 +173,80 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     if len(rows) < k and p.nonoccurrence is not None:
         rows, scores = _fill_nonoccurrence(p, token_ids, seed, rows, scores, k)
     return rows, scores
+
+
+BLOCK_SHARE = 1024  # more candidates than 1/1024 of the corpus: score the blocks that can reach the top k instead (measured best at 1M)
+FIRST_BLOCKS = 64  # blocks scored in the first round (best bounds first), then 4x as many each round
+
+
+def _use_blocks(p: Postings) -> bool:
+    # bm25l / bm25+ give absent terms a score too (rows outside every list can rank): those
+    # variants keep the array pass.
+    return p.blocks is not None and p.nonoccurrence is None
+
+
+def _top_k_blocks(p: Postings, token_ids: np.ndarray, k: int, long_terms: np.ndarray, long_counts: np.ndarray,
+                  seed: np.ndarray, seed_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Block-max pruning for queries of frequent words. A row outside ``seed`` (which holds
+    every row of the short lists, already scored exactly) scores at most the sum over the long
+    terms of their block bounds, computed for every block at once. Blocks are scored exactly in
+    rounds, best bound first, and the k-th best exact score found so far prunes every block
+    whose bound is below it; what is left when no block can reach it is the exact top k."""
+    bound = np.zeros(p.blocks.n_blocks, dtype=np.float32)
+    for t, c in zip(long_terms, long_counts):
+        b = p.block_bound(int(t))
+        bound += b if c == 1 else b * np.float32(c)
+    margin = 1.0 + max(1e-4, 8.0 * len(token_ids) * 2.0**-24)
+    pool_rows, pool_scores = seed, seed_scores
+    cand = np.flatnonzero(bound > 0)
+    width = FIRST_BLOCKS
+    while True:
+        if len(pool_rows) >= k:
+            kth = float(np.partition(pool_scores, len(pool_scores) - k)[len(pool_scores) - k])
+            keep = pool_scores >= kth  # ties with the k-th score stay: the lower row must win them
+            pool_rows, pool_scores = pool_rows[keep], pool_scores[keep]
+            theta = max(0.0, kth - 4 * 2.0**-24 * abs(kth)) / margin
+            cand = cand[bound[cand] >= theta]
+        if not len(cand):
+            break
+        if len(cand) > width:
+            pick = np.argpartition(-bound[cand], width - 1)[:width]
+            take, rest = np.zeros(len(cand), dtype=bool), cand
+            take[pick] = True
+            chosen, cand = np.sort(rest[take]), rest[~take]
+        else:
+            chosen, cand = cand, cand[:0]
+        rows, scores = _score_blocks(p, token_ids, chosen)
+        new = ~_isin_sorted(rows, seed)  # seed rows are in the pool (or were pruned from it) already
+        pool_rows = np.concatenate([pool_rows, rows[new]])
+        pool_scores = np.concatenate([pool_scores, scores[new]])
+        width *= 2
+    return best_of(pool_rows, pool_scores, k)
+
+
+def _score_blocks(p: Postings, token_ids: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact float32 scores of every row in ``blocks`` (sorted) that holds a query term: each
+    term's postings in those blocks are read through the stored skips and added in query-term
+    order, as `score_all` adds them (so the scores are bit-identical)."""
+    width = p.blocks.rows
+    starts = blocks * width
+    local = np.zeros(len(blocks) * width, dtype=np.float32)
+    offset = np.arange(len(blocks), dtype=np.int64) * width - starts  # row -> place in `local`
+    indptr, indices, data = p.indptr, p.indices, p.data
+    ranges: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+    for t in token_ids:
+        t = int(t)
+        if t not in ranges:  # a repeated query word is added again, as score_all does, from the same ranges
+            lo, hi = p.block_ranges(t, blocks)
+            counts = hi - lo
+            total = int(counts.sum())
+            pos = int(indptr[t]) + np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total) if total else None
+            ranges[t] = (pos, np.repeat(offset, counts) if total else None, total)
+        pos, where, total = ranges[t]
+        if total:
+            local[where + indices[pos]] += data[pos]
+    hit = np.flatnonzero(local > 0)
+    return starts[hit // width] + hit % width, local[hit]
 
 
 def _merge(rows: np.ndarray, scores: np.ndarray, more: np.ndarray, more_scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,7 @@
 """MaxScore top-k is exact: the same rows and bit-identical float32 scores as the exhaustive scorer
 (which is itself checked against a full sort), on random corpora and queries, every BM25 variant,
-closed scope, empty and stop-word-only queries, and k beyond the matches."""
+closed scope, empty and stop-word-only queries, and k beyond the matches; with and without the
+block bounds, for several block geometries."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from awarl.data.records import Passage
 from awarl.search.bm25 import BM25Index, BM25Settings
-from awarl.search.postings import build_champions
+from awarl.search.postings import BLOCK_FILE, BlockBounds, add_block_bounds, build_block_bounds, build_champions
 from awarl.search.scoring import best_of, score_all, score_rows, top_k_exhaustive, top_k_maxscore
 
 WORDS = ["paris", "rome", "river", "film", "score", "composer", "alien", "born", "city", "capital", "war",
@@ -35,6 +36,17 @@ def _index(docs: list[str], method: str = "lucene", champions: bool = False) -> 
     return index
 
 
+def _with_blocks(index: BM25Index, rows: int, span: int, min_share: int) -> BM25Index:
+    """Block bounds of another geometry (tiny blocks, or only some terms bounded, the rest
+    bounded on the fly), so small corpora reach every branch of the block path."""
+    p = index.postings
+    p.blocks = build_block_bounds(p.data, p.indices, p.indptr, p.num_docs, p.term_max, rows=rows, span=span, min_share=min_share)
+    return index
+
+
+BLOCK_GEOMETRY = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([8, 16, 256]), st.sampled_from([1, 3, 64]))
+
+
 def _reference(index: BM25Index, ids: np.ndarray, k: int):
     """A full sort of every passage's score: the documented order, no partitioning tricks."""
     scores = score_all(index.postings, ids)
@@ -42,15 +54,18 @@ def _reference(index: BM25Index, ids: np.ndarray, k: int):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(docs=corpora, qs=st.lists(queries, min_size=1, max_size=6), k=st.integers(1, 50), method=st.sampled_from(METHODS))
-@example(docs=["paris", "rome", "paris rome"], qs=["paris rome"], k=1, method="bm25l")  # the threshold once kept bm25l's constant
-def test_maxscore_equals_exhaustive_on_random_corpora(docs, qs, k, method):
-    index = _index(docs, method, champions=True)
+@given(docs=corpora, qs=st.lists(queries, min_size=1, max_size=6), k=st.integers(1, 50), method=st.sampled_from(METHODS),
+       geometry=BLOCK_GEOMETRY)
+@example(docs=["paris", "rome", "paris rome"], qs=["paris rome"], k=1, method="bm25l", geometry=(8, 256, 64))  # the threshold once kept bm25l's constant
+def test_maxscore_equals_exhaustive_on_random_corpora(docs, qs, k, method, geometry):
+    index = _with_blocks(_index(docs, method, champions=True), *geometry)
     pruned_only = partial(top_k_maxscore, dense_share=None)  # no fallback to the exhaustive array
-    all_long = partial(top_k_maxscore, dense_share=None, short_list=0)  # champion prefixes, needs, MaxScore split
+    all_long = partial(top_k_maxscore, dense_share=None, short_list=0)  # champion prefixes, needs, MaxScore split, blocks
+    at_fallback = partial(top_k_maxscore, dense_share=10**9, short_list=0)  # the block path where the array pass was
+    no_blocks = partial(top_k_maxscore, dense_share=None, short_list=0, blocks=False)
     for ids in index._query_token_ids(qs):
         want_rows, want_scores = _reference(index, ids, k)
-        for top_k in (top_k_exhaustive, top_k_maxscore, pruned_only, all_long):
+        for top_k in (top_k_exhaustive, top_k_maxscore, pruned_only, all_long, at_fallback, no_blocks):
             rows, scores = top_k(index.postings, ids, k)
             assert rows.tolist() == want_rows.tolist(), top_k
             assert scores.tobytes() == want_scores.tobytes(), top_k  # bit-identical
@@ -101,14 +116,17 @@ def test_maxscore_equals_exhaustive_on_a_zipfian_corpus():
     docs = [" ".join(vocab[rng.choice(len(vocab), size=rng.integers(5, 60), p=weights)]) for _ in range(6000)]
     index = _index(docs)
     qs = [" ".join(vocab[rng.choice(len(vocab), size=rng.integers(1, 9), p=weights)]) for _ in range(150)]
+    qs += [" ".join(vocab[rng.choice(40, size=rng.integers(3, 9))]) for _ in range(60)]  # frequent words only
     assert (np.diff(index.postings.champ_ptr) > 0).any()  # long lists have champion lists
+    assert len(index.postings.blocks.bound) > 10  # frequent terms have block bounds (built with the index)
     for ids in index._query_token_ids(qs):
         for k in (1, 10, 100):
             want = _reference(index, ids, k)
             for short_list in (None, 0):
                 for dense_share in (None, 8, 64):  # 8 and 64 reach the dense passes (essential terms only, then all)
-                    got = top_k_maxscore(index.postings, ids, k, dense_share=dense_share, short_list=short_list)
-                    assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
+                    for blocks in (True, False):  # with blocks, the block path replaces the dense passes
+                        got = top_k_maxscore(index.postings, ids, k, dense_share=dense_share, short_list=short_list, blocks=blocks)
+                        assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -150,3 +168,60 @@ def test_saved_index_keeps_its_score_floor(tmp_path):
     loaded = load_index(index.save(tmp_path / "idx"))
     assert (tmp_path / "idx" / "bm25s" / "score_min.npy").exists()
     assert loaded.postings.nonnegative and loaded.postings.score_min == pytest.approx(index.postings.score_min)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=corpora, geometry=BLOCK_GEOMETRY)
+def test_block_bounds_bound_every_score(docs, geometry):
+    """The stored byte of every (term, block), scaled as the scorer scales it, is at least every
+    score of that term in that block, and the skips point at exactly the block's postings."""
+    p = _with_blocks(_index(docs), *geometry).postings
+    b = p.blocks
+    for t in range(len(p)):
+        start, end = int(p.indptr[t]), int(p.indptr[t + 1])
+        rows, scores = p.indices[start:end], p.data[start:end]
+        bound = p.block_bound(t)
+        assert (bound[rows // b.rows] >= scores).all()
+        blocks = np.arange(b.n_blocks, dtype=np.int64)
+        lo, hi = p.block_ranges(t, blocks)
+        assert (hi - lo).tolist() == np.bincount(rows // b.rows, minlength=b.n_blocks).tolist()
+        assert all((rows[lo[j] : hi[j]] // b.rows == j).all() for j in blocks)
+
+
+def _frequent_corpus(n: int = 3000) -> list[str]:
+    rng = np.random.default_rng(3)
+    vocab = [f"w{i:03d}x" for i in range(60)]
+    return [" ".join(rng.choice(vocab, size=rng.integers(5, 30))) for _ in range(n)]
+
+
+def test_an_index_without_block_bounds_loads_and_finds_the_same(tmp_path):
+    """An index saved before block bounds existed (no blockmax files) opens, searches without
+    them, and returns what a current index returns; adding them later restores the same arrays."""
+    from awarl.search.index import load_index
+
+    docs = _frequent_corpus()
+    index = _index(docs)
+    assert index.postings.blocks is not None
+    folder = index.save(tmp_path / "idx")
+    queries = ["w001x w002x w003x w004x", "w010x w020x w030x", "w005x", "w059x w001x w001x"]
+    want = index.search(queries, 10)
+    for name in BlockBounds.FILES:
+        (folder / "bm25s" / name).unlink()
+    old = load_index(folder)
+    assert old.postings.blocks is None
+    assert old.search(queries, 10) == want
+    add_block_bounds(folder)
+    new = load_index(folder)
+    assert new.postings.blocks is not None and new.search(queries, 10) == want
+    assert np.array_equal(new.postings.blocks.bound, index.postings.blocks.bound)
+    assert np.array_equal(new.postings.blocks.rel, index.postings.blocks.rel)
+
+
+def test_incomplete_block_bounds_are_refused_naming_the_rebuild(tmp_path):
+    from awarl.data.records import DataError
+    from awarl.search.index import load_index
+
+    folder = _index(_frequent_corpus(500)).save(tmp_path / "idx")
+    (folder / "bm25s" / BLOCK_FILE).unlink()
+    with pytest.raises(DataError, match="awarl index build"):
+        load_index(folder)
