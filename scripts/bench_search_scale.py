@@ -1,4 +1,5 @@
-"""How BM25 search cost grows with the corpus: MaxScore vs the exhaustive scorer vs bm25s.
+"""How BM25 search cost grows with the corpus: awarl (block-max) vs MaxScore without blocks vs
+the exhaustive scorer vs bm25s vs Pyserini (Lucene).
 
 A synthetic corpus stands in for wiki-18 (21M passages of ~100 words): passages of 60-140 words
 drawn from a Zipf-Mandelbrot vocabulary (p(rank) ~ (rank + 50)^-1.7 over 3M possible words:
@@ -8,16 +9,21 @@ passages, so every query matches something. Two query sets: "question" queries t
 passage's 1-2 rarest words (as a question names its entities) plus 2-5 others; "uniform"
 queries take 3-8 words uniformly, hence mostly frequent ones, the hard case for any pruning.
 For each size: streaming build (time, peak memory of the build process, disk), memory of a
-loaded index, and p50/p95 latency and queries/s at top-10 for batch 1 and 32, for MaxScore,
-the exhaustive scorer and bm25s's own retrieve, all in this one run. A log-log fit of p50
-against corpus size extrapolates to 21M passages.
+loaded index, and p50/p95 latency and queries/s at top-10 for batch 1 and 32, for awarl's
+default scorer (MaxScore with block-max pruning), the same without block bounds (the previous
+scorer), the exhaustive scorer and bm25s's own retrieve, all in this one run, taking turns
+batch by batch. Pyserini (Lucene BM25) is indexed and timed right after them in its own
+process (`scripts/bench_search_pyserini.py`; its CPU time counts every JVM thread), on the same
+queries, after a warm-up of 2,000 queries. A log-log fit of p50 against corpus size
+extrapolates to 21M passages.
 
     python scripts/bench_search_scale.py --sizes 100k,1M --queries 300
     python scripts/bench_search_scale.py --sizes 100k,1M,3M,10M --time-cap-min 90   # big, run late
 
 Corpora and indexes are cached under --work (default work/bench-scale); sizes that would start
-after --time-cap-min are skipped and listed. Pyserini (Lucene BM25) runs beside them only when
-``pyserini`` imports (it needs Java 21); see docs/search.md for how to set it up.
+after --time-cap-min are skipped and listed; an index reused from before block bounds existed
+gets them added (timed). Pyserini runs only when it is installed with a Java 21 runtime
+(skipped with the reason printed otherwise); docs/search.md says how to set it up.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from awarl.search.postings import BLOCK_FILE  # noqa: E402
 
 VOCAB_SIZE = 3_000_000
 ZIPF_S = 1.7
@@ -222,6 +230,14 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
           flush=True)
     query_sets = {kind: sample_queries(corpus, n, args.queries, kind) for kind in ("question", "uniform")}
     queries = query_sets["question"]
+    blocks_added_s = None
+    if not (out / "bm25s" / BLOCK_FILE).exists():  # an index built before block bounds: add them
+        from awarl.search.postings import add_block_bounds
+
+        t0 = time.perf_counter()
+        add_block_bounds(out)
+        blocks_added_s = time.perf_counter() - t0
+        print(f"  block bounds added to the reused index in {blocks_added_s:.1f}s", flush=True)
     anon0, file0 = memory_mb()
     index = BM25Index.load(out)
     vocab = len(index.postings.vocab)
@@ -229,16 +245,19 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
     anon1, file1 = memory_mb()
     row = {"n": n, "vocab": vocab, "build_s": built["seconds"], "build_peak_anon_mb": built["peak_anon_mb"],
            "build_peak_rss_mb": built["peak_rss_mb"], "disk_mb": disk_mb(out), "load_anon_mb": anon1 - anon0,
-           "load_file_mb": file1 - file0, "corpus_mb": corpus.stat().st_size / 2**20}
+           "load_file_mb": file1 - file0, "corpus_mb": corpus.stat().st_size / 2**20,
+           "blocks_mb": sum(p.stat().st_size for p in (out / "bm25s").glob("blockmax*")) / 2**20, "blocks_added_s": blocks_added_s}
     tokenizer = index.tokenizer
+    blocks = index.postings.blocks
 
-    def run(scorer: str):
+    def run(scorer: str, with_blocks: bool = True):
         def call(qs):
             index.scorer = scorer
+            index.postings.blocks = blocks if with_blocks else None
             index.search(qs, 10)
         return call
 
-    systems = {"maxscore": run("maxscore"), "exhaustive": run("exhaustive")}
+    systems = {"blockmax": run("maxscore"), "maxscore": run("maxscore", with_blocks=False), "exhaustive": run("exhaustive")}
     if n <= args.bm25s_max:
         import bm25s
 
@@ -252,11 +271,49 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
             results = time_systems(systems, qs, batch, args.budget_s)
             for name, res in results.items():
                 row[f"{name}_b{batch}" + ("" if kind == "question" else "_uniform")] = res
-                print(f"  {n:>10,} {kind:<8} {name:<10} batch {batch:>2}: CPU p50 {res['cpu_p50_ms']:8.2f} ms  "
-                      f"p95 {res['cpu_p95_ms']:8.2f} ms  {res['cpu_qps']:7.1f} q/s | wall p50 {res['p50_ms']:8.2f} ms  "
-                      f"{res['qps']:7.1f} q/s", flush=True)
+                _print_result(n, kind, name, batch, res)
+    index.postings.blocks = blocks
+    if args.pyserini:
+        bench_pyserini(n, corpus, work, query_sets, index, args, row)
     rows.append(row)
     del index
+
+
+def _print_result(n: int, kind: str, name: str, batch: int, res: dict) -> None:
+    print(f"  {n:>10,} {kind:<8} {name:<10} batch {batch:>2}: CPU p50 {res['cpu_p50_ms']:8.2f} ms  "
+          f"p95 {res['cpu_p95_ms']:8.2f} ms  {res['cpu_qps']:7.1f} q/s | wall p50 {res['p50_ms']:8.2f} ms  "
+          f"{res['qps']:7.1f} q/s", flush=True)
+
+
+def bench_pyserini(n: int, corpus: Path, work: Path, query_sets: dict, index, args: argparse.Namespace, row: dict) -> None:
+    """Lucene index of the same corpus (built once, timed, under the same load), then its
+    top-10 timed in a child process on the same queries; the share of its top-10 ids that
+    awarl's top-10 also holds is reported (the analyzers differ: Lucene's English stemmer and
+    stop words are not bm25s's, so the lists are close, not equal)."""
+    import bench_search_pyserini as pys
+
+    lucene = work / f"lucene-{n}"
+    stats = work / f"lucene-build-{n}.json"
+    if args.reuse and stats.exists() and any(lucene.glob("segments_*")):
+        built = json.loads(stats.read_text())
+        print(f"  reusing the Lucene index built earlier ({stats})", flush=True)
+    else:
+        built = pys.index(corpus, lucene)
+        stats.write_text(json.dumps(built))
+    print(f"  Lucene build {n:,}: {built['seconds']:.1f}s wall, {built['cpu_s']:.1f}s CPU, {built['disk_mb']:.0f} MB", flush=True)
+    row.update({"lucene_build_s": built["seconds"], "lucene_build_cpu_s": built["cpu_s"], "lucene_disk_mb": built["disk_mb"]})
+    res = pys.run_search(lucene, query_sets, args.budget_s, warmup=2000)
+    row["pyserini_start_s"] = res["start_s"]
+    for kind, qs in query_sets.items():
+        suffix = "" if kind == "question" else "_uniform"
+        for batch in (1, 32):
+            row[f"pyserini_b{batch}{suffix}"] = res[f"pyserini_b{batch}_{kind}"]
+            _print_result(n, kind, "pyserini", batch, res[f"pyserini_b{batch}_{kind}"])
+        theirs = res[f"hits_{kind}"]
+        ours = index.search(qs[: len(theirs)], 10)
+        shared = [len({h[0] for h in t} & {h.passage.id for h in o}) / max(1, len(t)) for t, o in zip(theirs, ours) if t]
+        row[f"pyserini_overlap{suffix}"] = float(np.mean(shared)) if shared else None
+        print(f"  {n:>10,} {kind:<8} top-10 ids shared with Pyserini: {row[f'pyserini_overlap{suffix}']:.2f}", flush=True)
 
 
 def fit(rows: list[dict], key: str) -> tuple[float, float] | None:
@@ -268,39 +325,60 @@ def fit(rows: list[dict], key: str) -> tuple[float, float] | None:
     return float(slope), float(np.exp(intercept + slope * np.log(TARGET_N)))
 
 
+SYSTEMS = (("blockmax", "awarl (block-max)"), ("maxscore", "MaxScore, no blocks"), ("exhaustive", "exhaustive"),
+           ("bm25s", "bm25s"), ("pyserini", "Pyserini"))
+
+
 def report(rows: list[dict]) -> None:
     """Markdown tables (CPU-time latency first: steadier on a shared machine) and the fits."""
     rows = sorted(rows, key=lambda r: r["n"])
     print()
-    print("| passages | distinct terms | build s | build peak anon MB | disk MB | loaded anon MB |")
-    print("|---|---|---|---|---|---|")
+    print("| passages | distinct terms | build s | build peak anon MB | disk MB | of which block bounds MB | loaded anon MB "
+          "| Lucene build s (CPU s) | Lucene disk MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        lucene = f"{r['lucene_build_s']:.0f} ({r['lucene_build_cpu_s']:.0f})" if "lucene_build_s" in r else "not run"
         print(f"| {r['n']:,} | {r['vocab']:,} | {r['build_s']:.0f} | {r['build_peak_anon_mb']:.0f} | {r['disk_mb']:.0f} | "
-              f"{r['load_anon_mb']:.0f} |")
+              f"{r.get('blocks_mb', 0):.0f} | {r['load_anon_mb']:.0f} | {lucene} | "
+              + (f"{r['lucene_disk_mb']:.0f}" if "lucene_disk_mb" in r else "-") + " |")
     for suffix, title in (("", "question-like queries (1-2 rare words + 2-5 others)"),
                           ("_uniform", "uniform-word queries (3-8 words drawn uniformly: mostly frequent words)")):
+        present = [(key, label) for key, label in SYSTEMS if any(f"{key}_b1{suffix}" in r for r in rows)]
         print()
-        print(f"{title}, top-10; latency per query at batch 1 (CPU ms, then wall ms), q/s from CPU time")
-        print("| passages | MaxScore p50 / p95 | exhaustive p50 / p95 | bm25s p50 / p95 | MaxScore wall p50 | exhaustive wall p50 "
-              "| MaxScore q/s b1 / b32 | exhaustive q/s b1 / b32 | bm25s q/s b1 / b32 | MaxScore / exhaustive p50 |")
-        print("|" + "---|" * 10)
+        print(f"{title}, top-10; CPU ms per query at batch 1, p50 / p95")
+        print("| passages | " + " | ".join(label for _, label in present) + " | block-max / exhaustive | block-max / Pyserini |")
+        print("|---|" + "---|" * (len(present) + 2))
         for r in rows:
-            ms, ex, b = r[f"maxscore_b1{suffix}"], r[f"exhaustive_b1{suffix}"], r.get(f"bm25s_b1{suffix}")
-            b32 = r.get(f"bm25s_b32{suffix}")
-            print(f"| {r['n']:,} | {ms['cpu_p50_ms']:.2f} / {ms['cpu_p95_ms']:.2f} | {ex['cpu_p50_ms']:.2f} / {ex['cpu_p95_ms']:.2f} | "
-                  + (f"{b['cpu_p50_ms']:.2f} / {b['cpu_p95_ms']:.2f}" if b else "not run")
-                  + f" | {ms['p50_ms']:.2f} | {ex['p50_ms']:.2f} | {ms['cpu_qps']:.0f} / {r[f'maxscore_b32{suffix}']['cpu_qps']:.0f} | "
-                  f"{ex['cpu_qps']:.0f} / {r[f'exhaustive_b32{suffix}']['cpu_qps']:.0f} | "
-                  + (f"{b['cpu_qps']:.0f} / {b32['cpu_qps']:.0f}" if b else "not run")
-                  + f" | {ms['cpu_p50_ms'] / ex['cpu_p50_ms']:.2f} |")
-        for name in ("maxscore", "exhaustive"):
-            f = fit(rows, f"{name}_b1{suffix}")
+            cells = []
+            for key, _ in present:
+                res = r.get(f"{key}_b1{suffix}")
+                cells.append(f"{res['cpu_p50_ms']:.2f} / {res['cpu_p95_ms']:.2f}" if res else "not run")
+            bm, ex, py = (r.get(f"{k}_b1{suffix}") for k in ("blockmax", "exhaustive", "pyserini"))
+            ratio_ex = f"{bm['cpu_p50_ms'] / ex['cpu_p50_ms']:.2f}" if bm and ex else "-"
+            ratio_py = f"{bm['cpu_p50_ms'] / py['cpu_p50_ms']:.2f}" if bm and py else "-"
+            print(f"| {r['n']:,} | " + " | ".join(cells) + f" | {ratio_ex} | {ratio_py} |")
+        print()
+        print(f"{title}: wall ms p50 at batch 1, and queries per CPU second at batch 1 / 32")
+        print("| passages | " + " | ".join(f"{label} wall p50 | {label} q/s b1 / b32" for _, label in present) + " |")
+        print("|---|" + "---|---|" * len(present))
+        for r in rows:
+            cells = []
+            for key, _ in present:
+                b1, b32 = r.get(f"{key}_b1{suffix}"), r.get(f"{key}_b32{suffix}")
+                cells.append(f"{b1['p50_ms']:.2f} | {b1['cpu_qps']:.0f} / {b32['cpu_qps']:.0f}" if b1 and b32 else "not run | not run")
+            print(f"| {r['n']:,} | " + " | ".join(cells) + " |")
+        for key, label in present:
+            f = fit(rows, f"{key}_b1{suffix}")
             if f:
-                print(f"fit {name}{suffix}: CPU p50 ~ N^{f[0]:.2f}; extrapolated to {TARGET_N:,} passages: {f[1]:.1f} ms")
+                print(f"fit {label}: CPU p50 ~ N^{f[0]:.2f}; extrapolated to {TARGET_N:,} passages: {f[1]:.1f} ms")
         if len(rows) >= 2:
             a, z = rows[0], rows[-1]
-            print(f"CPU p50 growth {a['n']:,} -> {z['n']:,}: MaxScore {z[f'maxscore_b1{suffix}']['cpu_p50_ms'] / a[f'maxscore_b1{suffix}']['cpu_p50_ms']:.1f}x, "
-                  f"exhaustive {z[f'exhaustive_b1{suffix}']['cpu_p50_ms'] / a[f'exhaustive_b1{suffix}']['cpu_p50_ms']:.1f}x")
+            growth = [f"{label} {z[f'{key}_b1{suffix}']['cpu_p50_ms'] / a[f'{key}_b1{suffix}']['cpu_p50_ms']:.1f}x"
+                      for key, label in present if f"{key}_b1{suffix}" in a and f"{key}_b1{suffix}" in z]
+            print(f"CPU p50 growth {a['n']:,} -> {z['n']:,}: " + ", ".join(growth))
+        overlaps = [f"{r['n']:,}: {r[f'pyserini_overlap{suffix}']:.2f}" for r in rows if r.get(f"pyserini_overlap{suffix}") is not None]
+        if overlaps:
+            print("top-10 ids shared by awarl and Pyserini (different analyzers): " + ", ".join(overlaps))
 
 
 def main() -> None:
@@ -314,6 +392,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the results here")
     parser.add_argument("--reuse", action="store_true", help="reuse indexes (and their build figures) from an earlier run")
     parser.add_argument("--report", default=None, help="only print the tables of earlier --json files (comma-separated)")
+    parser.add_argument("--no-pyserini", dest="pyserini", action="store_false", help="skip Pyserini even when installed")
     parser.add_argument("--build-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.build_child:
@@ -324,11 +403,16 @@ def main() -> None:
         return
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     print(f"machine: {os.cpu_count()} CPU cores; python {sys.version.split()[0]}; numpy {np.__version__}", flush=True)
-    try:
-        import pyserini  # noqa: F401
-        print("pyserini is installed but not wired for this synthetic corpus; see docs/search.md")
-    except ImportError:
-        print("pyserini: not installed (needs Java 21) — skipped; see docs/search.md to run it beside these")
+    if args.pyserini:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_search_pyserini
+
+        why = bench_search_pyserini.available()
+        if why:
+            print(f"pyserini: skipped: {why}", flush=True)
+            args.pyserini = False
+        else:
+            print("pyserini: installed; timed beside awarl (in its own process)", flush=True)
     rows: list[dict] = []
     t_start = time.perf_counter()
     skipped = []

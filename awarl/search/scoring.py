@@ -108,11 +108,13 @@ DENSE_SHARE = 8  # more candidates than 1/8 of the corpus: the exhaustive array 
 
 
 def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int | None = DENSE_SHARE,
-                   short_list: int | None = None, blocks: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                   short_list: int | None = None, blocks: bool = True, block_min: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k touching only what can still reach it (see the module docstring).
     ``dense_share=None`` never falls back to the exhaustive array and ``short_list=0`` treats
     every list as long (tests use both to reach every path on small corpora); ``blocks=False``
-    ignores the index's block bounds (the benchmark's baseline)."""
+    ignores the index's block bounds (the benchmark's baseline) and ``block_min=0`` takes the
+    block path for any number of candidates."""
+    block_min = BLOCK_MIN if block_min is None else block_min
     if len(token_ids) == 0:
         return _EMPTY
     if not p.nonnegative:
@@ -163,7 +165,7 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
                     return _top_k_blocks(p, token_ids, k, long_terms, long_counts, seed, seed_scores)
                 return _top_k_dense(p, token_ids, k, kth)
             parts.append(p.rows_at_least(int(long_terms[u]), 0.0))
-    if parts and blocks and _use_blocks(p) and sum(len(x) for x in parts) * BLOCK_SHARE > p.num_docs:
+    if parts and blocks and _use_blocks(p) and _many(sum(len(x) for x in parts), p.num_docs, block_min):
         return _top_k_blocks(p, token_ids, k, long_terms, long_counts, seed, seed_scores)
     if parts:
         more = _union(parts)
@@ -176,6 +178,11 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
 
 
 BLOCK_SHARE = 1024  # more candidates than 1/1024 of the corpus: score the blocks that can reach the top k instead (measured best at 1M)
+BLOCK_MIN = 1000  # ... and more than this many (below, scoring them is as cheap as bounding the blocks; measured at 100k)
+
+
+def _many(candidates: int, num_docs: int, block_min: int) -> bool:
+    return candidates * BLOCK_SHARE > num_docs and candidates > block_min
 FIRST_BLOCKS = 64  # blocks scored in the first round (best bounds first), then 4x as many each round
 
 

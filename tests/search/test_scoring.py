@@ -60,7 +60,7 @@ def _reference(index: BM25Index, ids: np.ndarray, k: int):
 def test_maxscore_equals_exhaustive_on_random_corpora(docs, qs, k, method, geometry):
     index = _with_blocks(_index(docs, method, champions=True), *geometry)
     pruned_only = partial(top_k_maxscore, dense_share=None)  # no fallback to the exhaustive array
-    all_long = partial(top_k_maxscore, dense_share=None, short_list=0)  # champion prefixes, needs, MaxScore split, blocks
+    all_long = partial(top_k_maxscore, dense_share=None, short_list=0, block_min=0)  # champion prefixes, needs, MaxScore split, blocks
     at_fallback = partial(top_k_maxscore, dense_share=10**9, short_list=0)  # the block path where the array pass was
     no_blocks = partial(top_k_maxscore, dense_share=None, short_list=0, blocks=False)
     for ids in index._query_token_ids(qs):
@@ -125,7 +125,8 @@ def test_maxscore_equals_exhaustive_on_a_zipfian_corpus():
             for short_list in (None, 0):
                 for dense_share in (None, 8, 64):  # 8 and 64 reach the dense passes (essential terms only, then all)
                     for blocks in (True, False):  # with blocks, the block path replaces the dense passes
-                        got = top_k_maxscore(index.postings, ids, k, dense_share=dense_share, short_list=short_list, blocks=blocks)
+                        got = top_k_maxscore(index.postings, ids, k, dense_share=dense_share, short_list=short_list, blocks=blocks,
+                                             block_min=0)
                         assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
 
 
