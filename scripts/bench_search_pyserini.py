@@ -118,16 +118,18 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def search(index_dir: Path, query_sets: dict[str, list[str]], budget_s: float = 8.0, warmup: int = 2000,
-           batches: tuple[int, ...] = (1, 32)) -> dict:
+           batches: tuple[int, ...] = (1, 32), warm_queries: list[str] | None = None) -> dict:
     """Time ``LuceneSearcher`` top-10 on each query set, in this process (CPU time of every JVM
-    thread counted by ``time.process_time``). Warm-up first: the JIT settles after ~1,000 queries."""
+    thread counted by ``time.process_time``). Warm-up first, on ``warm_queries`` (other
+    queries than the timed ones, so these start as cold as they do for awarl) or else the
+    timed ones: the JIT settles after ~1,000 queries."""
     setup_jvm()
     t0 = time.perf_counter()
     from pyserini.search.lucene import LuceneSearcher
 
     searcher = LuceneSearcher(str(index_dir))
     out: dict = {"start_s": time.perf_counter() - t0, "docs": searcher.num_docs}
-    every = [q for qs in query_sets.values() for q in qs]
+    every = warm_queries or [q for qs in query_sets.values() for q in qs]
     t0 = time.perf_counter()
     for i in range(warmup):
         searcher.search(every[i % len(every)], k=10)
@@ -160,15 +162,18 @@ def search(index_dir: Path, query_sets: dict[str, list[str]], budget_s: float = 
     return out
 
 
-def run_search(index_dir: Path, query_sets: dict[str, list[str]], budget_s: float, warmup: int) -> dict:
+def run_search(index_dir: Path, query_sets: dict[str, list[str]], budget_s: float, warmup: int,
+               warm_queries: list[str] | None = None) -> dict:
     """`search` in a child process (its own JVM); the parent's CPU clock is not disturbed."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="awarl-pyserini-") as tmp:
         qfile, ofile = Path(tmp) / "queries.json", Path(tmp) / "out.json"
         qfile.write_text(json.dumps(query_sets))
+        wfile = Path(tmp) / "warm.json"
+        wfile.write_text(json.dumps(warm_queries or []))
         proc = subprocess.run([sys.executable, __file__, "search", str(index_dir), str(qfile), str(ofile), "--budget-s", str(budget_s),
-                               "--warmup", str(warmup)], capture_output=True, text=True)
+                               "--warmup", str(warmup), "--warm-queries", str(wfile)], capture_output=True, text=True)
         if proc.returncode:
             raise SystemExit(f"Pyserini search failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         return json.loads(ofile.read_text())
@@ -192,6 +197,7 @@ def main() -> None:
     p_search.add_argument("out")
     p_search.add_argument("--budget-s", type=float, default=8.0)
     p_search.add_argument("--warmup", type=int, default=2000)
+    p_search.add_argument("--warm-queries", default=None, help="JSON list of warm-up queries (default: the timed ones)")
     args = parser.parse_args()
     why = available()
     if why:
@@ -199,7 +205,9 @@ def main() -> None:
     if args.cmd == "index":
         print(json.dumps(index(Path(args.corpus), Path(args.out), args.threads)))
     else:
-        result = search(Path(args.index), json.loads(Path(args.queries).read_text()), args.budget_s, args.warmup)
+        warm = json.loads(Path(args.warm_queries).read_text()) if args.warm_queries else None
+        result = search(Path(args.index), json.loads(Path(args.queries).read_text()), args.budget_s, args.warmup,
+                        warm_queries=warm)
         Path(args.out).write_text(json.dumps(result))
 
 

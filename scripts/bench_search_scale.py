@@ -183,14 +183,17 @@ def memory_mb() -> tuple[float, float]:
 
 def time_systems(systems: dict, queries: list[str], batch: int, budget_s: float) -> dict:
     """Per-call latency of every system on the same batches, the systems taking turns batch by
-    batch, so a load spike on the shared machine hits them alike. Wall time and this process's
+    batch (each going first equally often), so a load spike on the shared machine hits them alike. Wall time and this process's
     CPU time are both kept: on a machine shared with other jobs the CPU time is the steadier."""
     wall: dict[str, list[float]] = {name: [] for name in systems}
     cpu: dict[str, list[float]] = {name: [] for name in systems}
     done, spent = 0, 0.0
+    names = list(systems)
     for i in range(0, len(queries), batch):
         qs = queries[i : i + batch]
-        for name, fn in systems.items():
+        turn = (i // batch) % len(names)  # rotate who goes first: the first to touch a query's postings warms the CPU caches for the rest
+        for name in names[turn:] + names[:turn]:
+            fn = systems[name]
             t0, c0 = time.perf_counter(), time.process_time()
             fn(qs)
             wall[name].append(time.perf_counter() - t0)
@@ -265,8 +268,9 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
         systems["bm25s"] = lambda qs: model.retrieve([tokenizer.terms(q) or ["zzzz"] for q in qs], k=10, show_progress=False,
                                                      n_threads=1)
     for kind, qs in query_sets.items():
-        for fn in systems.values():  # warm up: page in the postings these queries touch
-            fn(qs[:50])
+        warm = sample_queries(corpus, n, 50, kind, seed=2)  # other passages' queries: the timed ones start cold for everyone
+        for fn in systems.values():  # warm up: page in the index and settle the allocator
+            fn(warm)
         for batch in (1, 32):
             results = time_systems(systems, qs, batch, args.budget_s)
             for name, res in results.items():
@@ -302,7 +306,8 @@ def bench_pyserini(n: int, corpus: Path, work: Path, query_sets: dict, index, ar
         stats.write_text(json.dumps(built))
     print(f"  Lucene build {n:,}: {built['seconds']:.1f}s wall, {built['cpu_s']:.1f}s CPU, {built['disk_mb']:.0f} MB", flush=True)
     row.update({"lucene_build_s": built["seconds"], "lucene_build_cpu_s": built["cpu_s"], "lucene_disk_mb": built["disk_mb"]})
-    res = pys.run_search(lucene, query_sets, args.budget_s, warmup=2000)
+    warm = sample_queries(corpus, n, 300, "question", seed=2) + sample_queries(corpus, n, 300, "uniform", seed=2)
+    res = pys.run_search(lucene, query_sets, args.budget_s, warmup=2000, warm_queries=warm)
     row["pyserini_start_s"] = res["start_s"]
     for kind, qs in query_sets.items():
         suffix = "" if kind == "question" else "_uniform"

@@ -42,10 +42,12 @@ _EMPTY = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))
 
 
 def score_rows(p: Postings, token_ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Exact float32 scores of ``rows`` (sorted, unique): each term's posting list is
-    binary-searched for them, in query-term order, as the exhaustive scorer adds them."""
+    """Exact float32 scores of ``rows`` (sorted, unique): each term's posting list is searched
+    for them (binary search, or the block skips of a frequent term), in query-term order, as
+    the exhaustive scorer adds them."""
     scores = np.zeros(len(rows), dtype=np.float32)
     indptr, indices, data = p.indptr, p.indices, p.data
+    stored = p.blocks.rows_of if p.blocks is not None else None
     for t in token_ids:
         start, end = int(indptr[t]), int(indptr[t + 1])
         posting = indices[start:end]
@@ -54,6 +56,11 @@ def score_rows(p: Postings, token_ids: np.ndarray, rows: np.ndarray) -> np.ndarr
             hit = pos < len(rows)
             hit[hit] = rows[pos[hit]] == posting[hit]
             scores[pos[hit]] += data[start:end][hit]
+        elif stored is not None and stored[t] >= 0:
+            # a frequent term's block skips narrow each row to its block's few postings: one
+            # gather per posting slot instead of a binary search over a list of millions
+            found, pos = _find_in_blocks(p, int(t), rows)
+            scores[found] += data[start + pos]
         else:
             pos = np.searchsorted(posting, rows)
             found = pos < len(posting)
@@ -62,6 +69,21 @@ def score_rows(p: Postings, token_ids: np.ndarray, rows: np.ndarray) -> np.ndarr
     if p.nonoccurrence is not None and len(token_ids):
         scores += p.nonoccurrence[token_ids].sum()
     return scores
+
+
+def _find_in_blocks(p: Postings, term: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``rows`` are in ``term``'s list (a mask) and where those are (relative to the
+    list's start), read through the term's block skips: each row's block holds at most
+    ``rows per block`` postings, compared all at once."""
+    width = p.blocks.rows
+    lo, hi = p.block_ranges(term, rows // width)
+    slots = lo[:, None] + np.arange(width)  # every posting slot a row's block can have
+    valid = slots < hi[:, None]
+    start = int(p.indptr[term])
+    match = np.zeros(slots.shape, dtype=bool)
+    match[valid] = p.indices[start + slots[valid]] == np.broadcast_to(rows[:, None], slots.shape)[valid]
+    found = match.any(axis=1)
+    return found, slots[found, np.argmax(match[found], axis=1)]
 
 
 def score_all(p: Postings, token_ids: np.ndarray) -> np.ndarray:
@@ -177,13 +199,18 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     return rows, scores
 
 
-BLOCK_SHARE = 1024  # more candidates than 1/1024 of the corpus: score the blocks that can reach the top k instead (measured best at 1M)
-BLOCK_MIN = 1000  # ... and more than this many (below, scoring them is as cheap as bounding the blocks; measured at 100k)
+# Where the block path replaces scoring MaxScore's candidates one by one: more than 1/1024 of the
+# corpus (measured best at 1M passages among 1/8 .. 1/4096) and more than 1,000 (below that,
+# scoring them costs no more than bounding every block; measured at 100k).
+BLOCK_SHARE = 1024
+BLOCK_MIN = 1000
 
 
 def _many(candidates: int, num_docs: int, block_min: int) -> bool:
     return candidates * BLOCK_SHARE > num_docs and candidates > block_min
-FIRST_BLOCKS = 64  # blocks scored in the first round (best bounds first), then 4x as many each round
+
+
+FIRST_BLOCKS = 64  # blocks scored in the first round (best bounds first), then twice as many each round
 
 
 def _use_blocks(p: Postings) -> bool:
