@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -203,9 +204,10 @@ def generate_world(config: WorldConfig = WorldConfig()) -> World:
     cities = list(CITIES[: config.cities])
     countries = list(COUNTRIES[: config.countries])
     regions = list(REGIONS)
-    parent = {c: countries[i % len(countries)] for i, c in enumerate(cities)}
+    # Each seed links the places differently (as evenly as the counts allow).
+    parent = {c: countries[i % len(countries)] for i, c in enumerate(rng.sample(cities, len(cities)))}
     if config.hops == 3:
-        parent.update({k: regions[i % len(regions)] for i, k in enumerate(countries)})
+        parent.update({k: regions[i % len(regions)] for i, k in enumerate(rng.sample(countries, len(countries)))})
     names = [f"{a} {b}" for a in FIRST_NAMES for b in LAST_NAMES]
     rng.shuffle(names)
     persons = []
@@ -280,33 +282,56 @@ def record_id(q: Question) -> str:
 
 # -- gold trajectories ---------------------------------------------------------------------------------------
 def gold_queries(q: Question, first: str = "relation") -> list[str]:
-    """What a good agent searches: the person with the relation asked about ("Bora Kemt born"), then
-    each place with the next level's name ("Tavel country"). The relation word ranks the person's
-    right passage first, as a keyword query for a real search engine would. ``first="question"``
-    searches the whole question first instead (a model trained so also searches sensibly on other
-    data sets, which the test fixtures need)."""
+    """What a good agent searches: the relation asked about with the person ("born Bora Kemt"), then
+    the next level's name with each place ("country Tavel"). The relation word ranks the person's
+    right passage first, as a keyword query for a real search engine would. Names come after a word,
+    so a name in a query is the same token as in the passages it was read from (byte-level BPE
+    tokenizes " Tavel" and "Tavel" differently). ``first="question"`` searches the whole question
+    first instead (a model trained so also searches sensibly on other data sets, which the test
+    fixtures need)."""
     if first not in ("relation", "question"):
         raise WorldError(f"first must be 'relation' or 'question', got {first!r}")
-    head = q.question if first == "question" else f"{q.person} {q.relation}"
-    return [head] + [f"{place} {PLACE_LEVELS[i + 1]}" for i, place in enumerate(q.chain[:-1])]
+    head = q.question if first == "question" else f"{q.relation} {q.person}"
+    return [head] + [f"{PLACE_LEVELS[i + 1]} {place}" for i, place in enumerate(q.chain[:-1])]
 
 
 def gold_conversation(world: World, q: Question, search: Callable[[str], str], system_prompt: str | None = None,
-                      *, stop_early: bool = True, first: str = "relation") -> list[dict]:
+                      *, stop_early: bool = True, first: str = "relation", guess: bool = False) -> list[dict]:
     """The conversation an ideal agent has for ``q`` with the real search tool ``search``: one
     search per hop, then the cited answer, or the abstain phrase when a hop's fact is absent
-    (the search that should have found it is still made, so the model learns to look first)."""
+    (the search that should have found it is still made, so the model learns to look first).
+
+    ``guess=True`` (unanswerable questions only) ends like an agent that never abstains instead: it
+    answers the place named by the first link passage the last search returned, about some other
+    place, citing it (the classic hallucination from an irrelevant retrieval)."""
     from awarl.protocol import build_messages
 
     messages = build_messages(q.question, system_prompt)
+    result = ""
     for i, query in enumerate(gold_queries(q, first)):
         messages.append(tool_call_message(query))
-        messages.append(tool_result_message(search(query)))
-        if stop_early and not q.answerable and i > 0 and query.split()[0] == q.missing:
+        result = search(query)
+        messages.append(tool_result_message(result))
+        if stop_early and not q.answerable and i > 0 and query.split()[-1] == q.missing:
             break
-    final = format_final(q.answer, world.supporting(q)) if q.answerable else format_final(ABSTAIN_PHRASE)
+    if q.answerable:
+        final = format_final(q.answer, world.supporting(q))
+    else:
+        wrong = _first_link(result) if guess else None
+        final = (format_final(wrong[1], [world.fact_passage[(q.person, q.relation)], wrong[0]]) if wrong
+                 else format_final(ABSTAIN_PHRASE))
     messages.append({"role": "assistant", "content": final})
     return messages
+
+
+_LINK = re.compile(r"^\[(\w+)\] [^:]+: \S+ is a \w+ in the \w+ (\w+)\.$", re.MULTILINE)
+
+
+def _first_link(result: str) -> tuple[str, str] | None:
+    """(passage id, place one level up) of the first "X is a city in the country Y." line of a
+    rendered search result, or None."""
+    m = _LINK.search(result)
+    return (m.group(1), m.group(2)) if m else None
 
 
 # -- official-format files -----------------------------------------------------------------------------------

@@ -234,19 +234,31 @@ def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE
 
 
 def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),
-                       system_prompt: str | None = None, first: str = "relation") -> list[dict]:
+                       system_prompt: str | None = None, first: str = "relation",
+                       abstain_share: float = 1.0) -> list[dict]:
     """Gold conversations of the world's questions, searched with the real tool (``env_factory``
     builds the same `SearchEnv` the rollouts use, so SFT shows exactly what GRPO will see), as
-    ``{"record_id", "messages"}`` rows that ``awarl train sft`` reads with ``sft.source: trajectories``."""
+    ``{"record_id", "messages"}`` rows that ``awarl train sft`` reads with ``sft.source: trajectories``.
+
+    ``abstain_share``: the share of unanswerable questions whose conversation abstains (chosen per
+    question, seeded by its id); the others answer with a guess from an irrelevant passage
+    (`awarl.data.world.gold_conversation` ``guess``), like instruction data that never says "I don't
+    know". Below 1, the warm-started agent hallucinates where the corpus lacks the fact, which is
+    what AWA-RL is meant to fix."""
+    import random
+
     from awarl.data.world import gold_conversation, record_id
 
+    if not 0.0 <= abstain_share <= 1.0:
+        raise ValueError(f"abstain_share must be in [0, 1], got {abstain_share}")
     env = env_factory()
     rows = []
     for split in splits:
         for q in world.split(split):
             env.reset(id=record_id(q), question=q.question, passages=[])
+            guess = not q.answerable and random.Random(q.id).random() >= abstain_share
             rows.append({"record_id": record_id(q),
-                         "messages": gold_conversation(world, q, env.search, system_prompt, first=first)})
+                         "messages": gold_conversation(world, q, env.search, system_prompt, first=first, guess=guess)})
     return rows
 
 

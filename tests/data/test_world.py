@@ -154,3 +154,44 @@ def test_verify_check_flags_a_country_that_contradicts_the_cited_birth_city(worl
         assert result.exit_code in (0, 1), result.output
         findings = json.loads(result.output)["findings"]
         assert [f["result"] for f in findings] == [expected], (answer, result.output)
+
+
+def test_gold_queries_put_names_after_a_word():
+    # " Tavel" in a passage and "Tavel" at the start of a query are different byte-level BPE tokens;
+    # a name after a word is the same token in both, so the agent copies it instead of translating it.
+    q = next(q for q in generate_world(SMALL).questions if q.relation == "born")
+    assert gold_queries(q) == [f"born {q.person}", f"country {q.chain[0]}"]
+    assert gold_queries(q, first="question")[0] == q.question
+
+
+def test_warm_start_conversations_abstain_or_guess_on_unanswerable_questions():
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.settings import RolloutSettings
+    from awarl.data.world import _first_link
+    from awarl.protocol import ABSTAIN_PHRASE, parse_final
+    from awarl.search.bm25 import BM25Index
+    from awarl.train.tiny import world_trajectories
+
+    world = generate_world(WorldConfig(persons=300, seed=3))  # big enough that "country <city>" finds links
+    env = search_env_factory(BM25Index.build(world.passages), RolloutSettings(scope="global", topk=3, max_searches=2))
+    questions = {record_id(q): q for q in world.split("sft")}
+    for share in (1.0, 0.3, 0.0):
+        rows = {r["record_id"]: r["messages"] for r in world_trajectories(world, env, ("sft",), abstain_share=share)}
+        finals = {rid: parse_final(m[-1]["content"]) for rid, m in rows.items()}
+        # A guess needs a link passage in the last result; without one the conversation abstains.
+        can_guess = [rid for rid, q in questions.items() if not q.answerable and _first_link(rows[rid][-2]["content"])]
+        assert len(can_guess) > 30
+        abstained = [rid for rid in can_guess if finals[rid].answer == ABSTAIN_PHRASE]
+        assert abs(len(abstained) / len(can_guess) - share) < 0.15, share
+        for rid, q in questions.items():
+            final = finals[rid]
+            if q.answerable:
+                assert final.answer == q.answer and final.citations == world.supporting(q)
+            elif final.answer != ABSTAIN_PHRASE:
+                # The guess: another city's country, citing the person's passage and that city's link.
+                person_pid, link_pid = final.citations
+                assert person_pid == world.fact_passage[(q.person, q.relation)]
+                link = world.passage(link_pid)
+                assert link.title != q.chain[0] and link.text.endswith(f"in the country {final.answer}.")
+    with pytest.raises(ValueError, match="abstain_share"):
+        world_trajectories(world, env, ("sft",), abstain_share=1.5)
