@@ -5,6 +5,7 @@ block bounds, for several block geometries."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
 
 import numpy as np
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from awarl.data.records import Passage
 from awarl.search.bm25 import BM25Index, BM25Settings
 from awarl.search.postings import BLOCK_FILE, BlockBounds, add_block_bounds, build_block_bounds, build_champions
+from awarl.search import scoring
 from awarl.search.scoring import best_of, score_all, score_rows, top_k_exhaustive, top_k_maxscore
 
 WORDS = ["paris", "rome", "river", "film", "score", "composer", "alien", "born", "city", "capital", "war",
@@ -47,6 +49,17 @@ def _with_blocks(index: BM25Index, rows: int, span: int, min_share: int) -> BM25
 BLOCK_GEOMETRY = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([8, 16, 256]), st.sampled_from([1, 3, 64]))
 
 
+@contextmanager
+def _skip_min(value: int):
+    """Lists from this length on are searched through block skips (big corpora only by
+    default); Hypothesis runs many examples per test, so a fixture cannot set this."""
+    old, scoring.SKIP_MIN = scoring.SKIP_MIN, value
+    try:
+        yield
+    finally:
+        scoring.SKIP_MIN = old
+
+
 def _reference(index: BM25Index, ids: np.ndarray, k: int):
     """A full sort of every passage's score: the documented order, no partitioning tricks."""
     scores = score_all(index.postings, ids)
@@ -66,9 +79,11 @@ def test_maxscore_equals_exhaustive_on_random_corpora(docs, qs, k, method, geome
     for ids in index._query_token_ids(qs):
         want_rows, want_scores = _reference(index, ids, k)
         for top_k in (top_k_exhaustive, top_k_maxscore, pruned_only, all_long, at_fallback, no_blocks):
-            rows, scores = top_k(index.postings, ids, k)
-            assert rows.tolist() == want_rows.tolist(), top_k
-            assert scores.tobytes() == want_scores.tobytes(), top_k  # bit-identical
+            for skip_min in (scoring.SKIP_MIN, 0):  # 0: every bounded list is searched through its block skips
+                with _skip_min(skip_min):
+                    rows, scores = top_k(index.postings, ids, k)
+                assert rows.tolist() == want_rows.tolist(), top_k
+                assert scores.tobytes() == want_scores.tobytes(), top_k  # bit-identical
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,10 +94,12 @@ def test_closed_scope_equals_masked_exhaustive(docs, q, k, data):
     [ids] = index._query_token_ids([q])
     rows = index.store.rows_for(allowed)
     want = best_of(rows, score_all(index.postings, ids)[rows], k)
-    [hits] = index.search([q], k, allowed=[allowed])
-    assert [h.passage.id for h in hits] == [f"d{r}" for r in want[0]]
-    assert [h.score for h in hits] == [float(s) for s in want[1]]
-    assert score_rows(index.postings, ids, rows).tobytes() == score_all(index.postings, ids)[rows].tobytes()
+    for skip_min in (scoring.SKIP_MIN, 0):
+        with _skip_min(skip_min):
+            [hits] = index.search([q], k, allowed=[allowed])
+            assert score_rows(index.postings, ids, rows).tobytes() == score_all(index.postings, ids)[rows].tobytes()
+        assert [h.passage.id for h in hits] == [f"d{r}" for r in want[0]]
+        assert [h.score for h in hits] == [float(s) for s in want[1]]
 
 
 def test_empty_stopword_and_unknown_queries_find_nothing():
@@ -125,8 +142,9 @@ def test_maxscore_equals_exhaustive_on_a_zipfian_corpus():
             for short_list in (None, 0):
                 for dense_share in (None, 8, 64):  # 8 and 64 reach the dense passes (essential terms only, then all)
                     for blocks in (True, False):  # with blocks, the block path replaces the dense passes
-                        got = top_k_maxscore(index.postings, ids, k, dense_share=dense_share, short_list=short_list, blocks=blocks,
-                                             block_min=0)
+                        with _skip_min(0 if blocks else scoring.SKIP_MIN):
+                            got = top_k_maxscore(index.postings, ids, k, dense_share=dense_share, short_list=short_list,
+                                                 blocks=blocks, block_min=0)
                         assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
 
 
