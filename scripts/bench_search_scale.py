@@ -12,7 +12,8 @@ For each size: streaming build (time, peak memory of the build process, disk), m
 loaded index, and p50/p95 latency and queries/s at top-10 for batch 1 and 32, for awarl's
 default scorer (MaxScore with block-max pruning), the same without block bounds (the previous
 scorer), the exhaustive scorer and bm25s's own retrieve, all in this one run, taking turns
-batch by batch. Pyserini (Lucene BM25) is indexed and timed right after them in its own
+batch by batch; and awarl's default scorer alone first (its own loop over queries it has not
+seen, as Pyserini is timed). Pyserini (Lucene BM25) is indexed and timed right after them in its own
 process (`scripts/bench_search_pyserini.py`; its CPU time counts every JVM thread), on the same
 queries, after a warm-up of 2,000 queries. A log-log fit of p50 against corpus size
 extrapolates to 21M passages.
@@ -271,6 +272,12 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
         warm = sample_queries(corpus, n, 50, kind, seed=2)  # other passages' queries: the timed ones start cold for everyone
         for fn in systems.values():  # warm up: page in the index and settle the allocator
             fn(warm)
+        # awarl alone first, as Pyserini is timed (its own loop, queries not seen before, no
+        # other system between two queries to evict its data from the CPU caches)
+        for batch in (1, 32):
+            res = time_systems({"alone": systems["blockmax"]}, qs, batch, args.budget_s)["alone"]
+            row[f"alone_b{batch}" + ("" if kind == "question" else "_uniform")] = res
+            _print_result(n, kind, "alone", batch, res)
         for batch in (1, 32):
             results = time_systems(systems, qs, batch, args.budget_s)
             for name, res in results.items():
@@ -331,7 +338,7 @@ def fit(rows: list[dict], key: str) -> tuple[float, float] | None:
 
 
 SYSTEMS = (("blockmax", "awarl (block-max)"), ("maxscore", "MaxScore, no blocks"), ("exhaustive", "exhaustive"),
-           ("bm25s", "bm25s"), ("pyserini", "Pyserini"))
+           ("bm25s", "bm25s"), ("alone", "awarl alone"), ("pyserini", "Pyserini"))
 
 
 def report(rows: list[dict]) -> None:
@@ -351,17 +358,19 @@ def report(rows: list[dict]) -> None:
         present = [(key, label) for key, label in SYSTEMS if any(f"{key}_b1{suffix}" in r for r in rows)]
         print()
         print(f"{title}, top-10; CPU ms per query at batch 1, p50 / p95")
-        print("| passages | " + " | ".join(label for _, label in present) + " | block-max / exhaustive | block-max / Pyserini |")
-        print("|---|" + "---|" * (len(present) + 2))
+        print("| passages | " + " | ".join(label for _, label in present) + " | block-max / exhaustive | block-max / Pyserini "
+              "| alone / Pyserini |")
+        print("|---|" + "---|" * (len(present) + 3))
         for r in rows:
             cells = []
             for key, _ in present:
                 res = r.get(f"{key}_b1{suffix}")
                 cells.append(f"{res['cpu_p50_ms']:.2f} / {res['cpu_p95_ms']:.2f}" if res else "not run")
-            bm, ex, py = (r.get(f"{k}_b1{suffix}") for k in ("blockmax", "exhaustive", "pyserini"))
+            bm, ex, py, al = (r.get(f"{k}_b1{suffix}") for k in ("blockmax", "exhaustive", "pyserini", "alone"))
             ratio_ex = f"{bm['cpu_p50_ms'] / ex['cpu_p50_ms']:.2f}" if bm and ex else "-"
             ratio_py = f"{bm['cpu_p50_ms'] / py['cpu_p50_ms']:.2f}" if bm and py else "-"
-            print(f"| {r['n']:,} | " + " | ".join(cells) + f" | {ratio_ex} | {ratio_py} |")
+            ratio_al = f"{al['cpu_p50_ms'] / py['cpu_p50_ms']:.2f}" if al and py else "-"
+            print(f"| {r['n']:,} | " + " | ".join(cells) + f" | {ratio_ex} | {ratio_py} | {ratio_al} |")
         print()
         print(f"{title}: wall ms p50 at batch 1, and queries per CPU second at batch 1 / 32")
         print("| passages | " + " | ".join(f"{label} wall p50 | {label} q/s b1 / b32" for _, label in present) + " |")
