@@ -197,20 +197,23 @@ class Postings:
             self.blocks.save(out)
         _write_vocab_and_params(out, self.vocab, scoring, self.num_docs)
 
-    def block_bound(self, term: int) -> np.ndarray:
-        """float32 upper bound of ``term``'s score in every block (0 where it is absent): the
-        stored bytes scaled by term_max / 255, or, for a term without them, the per-block maxima
-        of its postings (one pass over a list shorter than 1/64 of the corpus)."""
+    def block_bound(self, term: int, times: int = 1, out: np.ndarray | None = None) -> np.ndarray:
+        """float32 upper bound of ``times`` x ``term``'s score in every block (0 where it is
+        absent), written into ``out`` when given: the stored bytes scaled by term_max / 255, or,
+        for a term without them, the per-block maxima of its postings (one pass over a list
+        shorter than 1/64 of the corpus)."""
         b = self.blocks
         r = int(b.rows_of[term])
+        if out is None:
+            out = np.empty(b.n_blocks, dtype=np.float32)
         if r >= 0:
-            return b.bound[r] * np.float32(float(self.term_max[term]) / 255.0)
-        out = np.zeros(b.n_blocks, dtype=np.float32)
+            return np.multiply(b.bound[r], np.float32(float(self.term_max[term]) / 255.0 * times), out=out)
+        out[:] = 0
         start, end = int(self.indptr[term]), int(self.indptr[term + 1])
         if end > start:
             blk = self.indices[start:end] // b.rows
             first = np.flatnonzero(np.concatenate([[True], blk[1:] != blk[:-1]]))
-            out[blk[first]] = np.maximum.reduceat(self.data[start:end], first)
+            out[blk[first]] = np.maximum.reduceat(self.data[start:end], first) * np.float32(times)
         return out
 
     def block_ranges(self, term: int, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

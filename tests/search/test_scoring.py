@@ -52,12 +52,15 @@ BLOCK_GEOMETRY = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([8, 16
 @contextmanager
 def _skip_min(value: int):
     """Lists from this length on are searched through block skips (big corpora only by
-    default); Hypothesis runs many examples per test, so a fixture cannot set this."""
-    old, scoring.SKIP_MIN = scoring.SKIP_MIN, value
+    default); with 0, the block path also scores one block per round at first, so small
+    corpora take many rounds. Hypothesis runs many examples per test: a fixture cannot set these."""
+    old = scoring.SKIP_MIN, scoring.FIRST_BLOCKS
+    scoring.SKIP_MIN = value
+    scoring.FIRST_BLOCKS = 1 if value == 0 else old[1]
     try:
         yield
     finally:
-        scoring.SKIP_MIN = old
+        scoring.SKIP_MIN, scoring.FIRST_BLOCKS = old
 
 
 def _reference(index: BM25Index, ids: np.ndarray, k: int):
