@@ -40,7 +40,7 @@ from awarl.cli_errors import fail
 DEFAULT_RECIPE = Path(__file__).resolve().parents[1] / "configs" / "demo_world.yaml"
 MANIFEST = "demo.json"
 STAGES = ("world", "model", "sft", "p_i", "grpo", "eval", "report")
-DEMO_KEYS = ("world", "shape", "capability", "quick", "floors")
+DEMO_KEYS = ("world", "warm_start", "shape", "capability", "quick", "floors")
 
 
 class DemoError(ValueError):
@@ -53,6 +53,7 @@ class DemoRecipe:
     """The demo recipe: the world, the model shape, p_i's K, and a training recipe (TrainConfig)."""
 
     world: dict[str, Any]
+    abstain_share: float  # warm_start.abstain_share: unanswerable SFT questions whose gold conversation abstains
     shape: dict[str, Any]
     k: int
     train: dict[str, Any]  # TrainConfig sections without paths (the demo fills them)
@@ -82,7 +83,15 @@ class DemoRecipe:
         train["seed"] = seed
         floors = raw.get("floors") or {}
         floors = dict(floors.get("quick" if quick else "full") or {})
-        return cls(world, dict(raw.get("shape") or {}), int(capability.get("k", 8)), train, floors, str(path))
+        warm = raw.get("warm_start") or {}
+        unknown = sorted(set(warm) - {"abstain_share"}) if isinstance(warm, dict) else ["(not a mapping)"]
+        if unknown:
+            raise DemoError(f"{path}: warm_start: unknown key(s) {unknown}; known: ['abstain_share']")
+        share = warm.get("abstain_share", 1.0)
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+            raise DemoError(f"{path}: warm_start.abstain_share must be a number in [0, 1], got {share!r}")
+        return cls(world, float(share), dict(raw.get("shape") or {}), int(capability.get("k", 8)), train, floors,
+                   str(path))
 
 
 # -- paths ---------------------------------------------------------------------------------------------------
@@ -287,7 +296,10 @@ class Demo:
         config = self.train_config("sft")
         rollout = config.rollout
         env = search_env_factory(BM25Index.build(world.passages), rollout)
-        write_jsonl(self.paths.trajectories, world_trajectories(world, env, ("sft",), rollout.system_prompt))
+        write_jsonl(self.paths.trajectories, world_trajectories(world, env, ("sft",), rollout.system_prompt,
+                                                                abstain_share=self.recipe.abstain_share))
+        if self.recipe.abstain_share < 1.0 and "wrong" not in config.sft.keep_outcomes:
+            config.sft.keep_outcomes = [*config.sft.keep_outcomes, "wrong"]  # the guesses are wrong on purpose
         steps = int(config.sft.args.get("max_steps", 0))
         self.display.start("sft", steps, "")
         losses: list[float] = []

@@ -99,6 +99,21 @@ def test_quick_overrides_and_floors():
     assert 0 < quick.floors["sft_accuracy_answerable"] < 0.01
 
 
+@pytest.mark.parametrize("warm_start, message", [({"abstain_share": 1.5}, "abstain_share must be a number"),
+                                                  ({"abstain_share": True}, "abstain_share must be a number"),
+                                                  ({"abstain": 0.3}, "unknown key")])
+def test_bad_warm_start_names_the_key(tmp_path, warm_start, message):
+    from awarl.demo import DemoError
+
+    raw = yaml.safe_load(DEFAULT_RECIPE.read_text())
+    raw["warm_start"] = warm_start
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(DemoError, match=f"warm_start.*{message}|{message}"):
+        DemoRecipe.load(path)
+    assert DemoRecipe.load(DEFAULT_RECIPE).abstain_share == 0.3
+
+
 def test_refusal_by_p_bins_by_value():
     rows = [{"p": 0.0, "abstained": True}, {"p": 0.0, "abstained": False}, {"p": 0.25, "abstained": False},
             {"p": 1.0, "abstained": False}, {"p": None, "abstained": True}]
