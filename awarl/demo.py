@@ -556,6 +556,7 @@ def build_report(demo: Demo, world: Any, results: dict[str, dict[str, Any]]) -> 
             demo.warn(f"quality floor missed: {name} = {check['value']:.3f} (floor {check['floor']}); see report.md")
     metrics = {
         "mode": "quick" if demo.quick else "full", "seed": demo.seed, "world": world.stats(),
+        "warm_start_abstain_share": demo.recipe.abstain_share,
         "rollout": config.rollout.to_dict(), "reward": {k: getattr(config.reward, k) for k in (
             "kind", "gamma", "p_clip", "beta", "tau", "delta", "max_penalty", "cap_abstain")},
         "capability": {split: capability_summary(p.p_file(split)) for split in ("rl", "eval")},
@@ -628,7 +629,11 @@ def report_markdown(m: dict[str, Any], demo: Demo) -> str:
         "AWA-RL on a synthetic world, trained and evaluated on this machine's CPU. Held-out questions are about "
         "persons never seen in SFT or RL; "
         f"{m['world']['eval']['unanswerable']} of {m['world']['eval']['questions']} cannot be answered from the "
-        "corpus (the city's country passage is absent), so abstaining is right there.", "",
+        "corpus (the city's country passage is absent), so abstaining is right there. The SFT warm start saw "
+        "gold two-search conversations of other persons; on "
+        f"{1 - m.get('warm_start_abstain_share', 1.0):.0%} of its unanswerable ones the gold reply guesses from an "
+        "irrelevant passage instead of abstaining (`warm_start.abstain_share` in the recipe), as instruction data "
+        "that never says \"I don't know\" would teach.", "",
         "## Held-out evaluation (greedy)", "", *table, "",
         f"Expected refusal rate under the AWA reward (gamma {m['reward']['gamma']}, p_clip {m['reward']['p_clip']}), "
         f"from the SFT checkpoint's p_i on these questions: **{fmt(m['expected_refusal'])}**.", "",
