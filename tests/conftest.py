@@ -92,13 +92,9 @@ def tiny_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_sft_model_dir(tiny_model_dir) -> Path:
+def tiny_sft_model_dir(tiny_world_sft_model_dir) -> Path:
     """The tiny model after a short warm start: it calls `search`, then answers or abstains."""
-    from awarl.train.tiny import warm_start_on_samples
-
-    key = _fingerprint(ROOT / "awarl/train/tiny.py", ROOT / "awarl/protocol.py", ROOT / "awarl/agent/env.py",
-                       ROOT / "awarl/train/sft.py", ROOT / "awarl/search/retriever.py")
-    return _locked_build(CACHE / f"tiny-sft-{key}", lambda d: warm_start_on_samples(tiny_model_dir, d, SAMPLES))
+    return tiny_world_sft_model_dir
 
 
 TEST_WORLD = {"persons": 120, "seed": 0}
@@ -110,6 +106,17 @@ def test_world():
     from awarl.data.world import WorldConfig, generate_world
 
     return generate_world(WorldConfig(**TEST_WORLD))
+
+
+@pytest.fixture(scope="session")
+def world_prepared(test_world, tmp_path_factory):
+    """records (held-out split, through the MuSiQue adapter) + corpus of the test world."""
+    from awarl.data.adapters import load_dataset_file
+    from awarl.data.world import write_world
+
+    files = write_world(test_world, tmp_path_factory.mktemp("test-world"))
+    records, _ = load_dataset_file("musique", files["eval"])
+    return records, list(test_world.passages)
 
 
 @pytest.fixture(scope="session")

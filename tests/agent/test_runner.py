@@ -1,5 +1,6 @@
-"""The rollout runner end to end on the shipped samples with the warm-started tiny model, and its
-token-for-token agreement with TRL's GRPOTrainer tool loop."""
+"""The rollout runner end to end with the warm-started tiny model on the test world's questions (the
+model was warm-started on that world), its token-for-token agreement with TRL's GRPOTrainer tool
+loop, and tool errors and budgets with a scripted backend on the shipped HotpotQA sample."""
 
 from __future__ import annotations
 
@@ -20,15 +21,23 @@ def hotpot(hotpot_prepared):
 
 
 @pytest.fixture(scope="module")
+def world(world_prepared):
+    from awarl.search.bm25 import BM25Index
+
+    records, passages = world_prepared
+    return records, BM25Index.build(passages)
+
+
+@pytest.fixture(scope="module")
 def backend(tiny_sft_model_dir):
     from awarl.llm.spec import load_backend
 
     return load_backend(str(tiny_sft_model_dir), device="cpu", batch_size=8)
 
 
-def test_runner_end_to_end_on_samples(hotpot, backend):
-    records, index = hotpot
-    env = search_env_factory(index, RolloutSettings(scope="closed", topk=2, passage_words=40))
+def test_runner_end_to_end(world, backend):
+    records, index = world
+    env = search_env_factory(index, RolloutSettings(scope="closed", topk=3, passage_words=20))
     budget = 512
     runner = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=2, max_completion_tokens=budget), max_concurrent=4))
     finished: list[Trajectory] = []
@@ -53,28 +62,29 @@ def test_runner_end_to_end_on_samples(hotpot, backend):
     assert "<tool_response>" in text and f"[{searched[0].retrieved_ids[0]}]" in text
 
 
-def test_batched_runner_equals_one_conversation_at_a_time(hotpot, backend):
-    records, index = hotpot
-    env = search_env_factory(index, RolloutSettings(scope="closed", topk=2, passage_words=40))
+def test_batched_runner_equals_one_conversation_at_a_time(world, backend):
+    records, index = world
+    env = search_env_factory(index, RolloutSettings(scope="closed", topk=3, passage_words=20))
     config = dict(rollout=RolloutSettings(max_searches=2, max_completion_tokens=384))
     batched = Runner(backend, env, RunnerConfig(max_concurrent=8, **config)).run([Rollout(r) for r in records[4:7]])
     single = [Runner(backend, env, RunnerConfig(max_concurrent=1, **config)).run([Rollout(r)])[0] for r in records[4:7]]
     assert [t.completion_ids for t in batched] == [t.completion_ids for t in single]
 
 
-def test_token_budget_rolls_back_an_overflowing_tool_result(hotpot, backend):
-    records, index = hotpot
-    env = search_env_factory(index, RolloutSettings(scope="closed", topk=3, passage_words=None))  # whole passages: long results
-    traj = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=2, max_completion_tokens=80))).run([Rollout(records[0])])[0]
+def test_token_budget_rolls_back_an_overflowing_tool_result(world, backend):
+    records, index = world
+    env = search_env_factory(index, RolloutSettings(scope="closed", topk=3, passage_words=None))
+    budget = len(backend.tokenizer(records[0].question)["input_ids"]) + 22  # the call fits, its 3-passage result not
+    traj = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=2, max_completion_tokens=budget))).run([Rollout(records[0])])[0]
     assert traj.messages[0].get("tool_calls"), "the warm-started model searches first"
     assert traj.stop_reason == "token_budget"
     # As in TRL: the result that would overflow the budget is dropped, the model never sees it.
     assert traj.tool_tokens == 0 and traj.queries == [] and len(traj.messages) == 1
-    assert len(traj.completion_ids) <= 80 and all(traj.tool_mask)
+    assert len(traj.completion_ids) <= budget and all(traj.tool_mask)
 
 
-def test_zero_turns_means_no_tool_results(hotpot, backend):
-    records, index = hotpot
+def test_zero_turns_means_no_tool_results(world, backend):
+    records, index = world
     env = search_env_factory(index, RolloutSettings(scope="closed"))
     traj = Runner(backend, env, RunnerConfig(rollout=RolloutSettings(max_searches=0, max_completion_tokens=256))).run([Rollout(records[1])])[0]
     assert traj.messages[0].get("tool_calls"), "the warm-started model searches first"
@@ -82,7 +92,7 @@ def test_zero_turns_means_no_tool_results(hotpot, backend):
     assert traj.tool_tokens == 0 and all(traj.tool_mask)
 
 
-def test_prompt_and_trajectory_ids_match_grpo_trainer(hotpot, tiny_sft_model_dir, tmp_path):
+def test_prompt_and_trajectory_ids_match_grpo_trainer(world, tiny_sft_model_dir, tmp_path):
     """Same prompt, same greedy turns, same tool-result splicing, same tool mask as GRPOTrainer."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -90,8 +100,8 @@ def test_prompt_and_trajectory_ids_match_grpo_trainer(hotpot, tiny_sft_model_dir
 
     from awarl.llm.hf import HFGenerator
 
-    records, index = hotpot
-    env = search_env_factory(index, RolloutSettings(scope="closed", topk=2, passage_words=40))
+    records, index = world
+    env = search_env_factory(index, RolloutSettings(scope="closed", topk=3, passage_words=20))
     tok = AutoTokenizer.from_pretrained(tiny_sft_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_sft_model_dir)
     rows = [{**{k: v for k, v in r.to_dict().items() if k != "meta"}, "prompt": build_messages(r.question)}
