@@ -243,8 +243,8 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
     ``abstain_share``: the share of unanswerable questions whose conversation abstains (chosen per
     question, seeded by its id); the others answer with a guess from an irrelevant passage
     (`awarl.data.world.gold_conversation` ``guess``), like instruction data that never says "I don't
-    know". Below 1, the warm-started agent hallucinates where the corpus lacks the fact, which is
-    what AWA-RL is meant to fix."""
+    know". Below 1, the warm-started agent's sampled rollouts sometimes guess where the corpus lacks
+    the fact, and its answers on answerable questions are less sure (docs/benchmarks.md measures both)."""
     import random
 
     from awarl.data.world import gold_conversation, record_id
