@@ -125,6 +125,9 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for key in FINAL_KEYS:
             entry[key] = _mean_sd([r["final"].get(key) for r in group])
         entry["batch_refusal_late"] = _mean_sd([_window(r["steps_log"], "awa/refusal_rate") for r in group])
+        # The sampled policy (T = 1) in the last training batches: greedy evaluation can hide its guesses.
+        entry["batch_precision_late"] = _mean_sd([_window(r["steps_log"], "awa/precision") for r in group])
+        entry["batch_accuracy_late"] = _mean_sd([_window(r["steps_log"], "awa/accuracy") for r in group])
         entry["batch_expected_late"] = _mean_sd([_window(r["steps_log"], "awa/expected_refusal_rate") for r in group])
         entry["eval_expected"] = _mean_sd([r.get("expected_refusal") for r in group])
         steps: dict[int, list[float]] = {}
@@ -165,7 +168,7 @@ def claims(table: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown(table: dict[str, dict[str, Any]], found: list[dict[str, Any]]) -> str:
     fmt = (lambda ms: "–" if ms[0] is None else f"{ms[0]:.3f} ± {ms[1]:.3f}")
-    cols = [*FINAL_KEYS, "batch_refusal_late", "eval_expected"]
+    cols = [*FINAL_KEYS, "eval_expected", "batch_refusal_late", "batch_precision_late", "batch_accuracy_late"]
     lines = ["| arm | seeds | steps | " + " | ".join(cols) + " |", "|---" * (len(cols) + 3) + "|"]
     for arm in [a for a in ARMS if a in table] + sorted(set(table) - set(ARMS)):
         e = table[arm]

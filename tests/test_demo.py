@@ -161,7 +161,8 @@ def _record(out: Path, arm: str, seed: int, final: dict, refusal: list[float], e
                                                     "final": final, "expected_refusal": expected}))
     with (folder / "metrics_log.jsonl").open("w") as f:
         for step, r in enumerate(refusal, start=1):
-            f.write(json.dumps({"step": step, "awa/refusal_rate": r, "awa/expected_refusal_rate": expected}) + "\n")
+            f.write(json.dumps({"step": step, "awa/refusal_rate": r, "awa/expected_refusal_rate": expected,
+                                "awa/precision": 1 - r / 2}) + "\n")
         f.write('{"step": 3, "awa/refusal_rate": 0.5')  # a torn last line (a killed run) is skipped
 
 
@@ -184,10 +185,12 @@ def test_fidelity_aggregation_on_recorded_runs(tmp_path):
     assert mean == pytest.approx(0.76) and sd == pytest.approx(0.01414, abs=1e-4)
     assert table["static_0.5"]["batch_refusal_late"][0] == pytest.approx((0.5 + 0.9 + 0.97) / 3)
     assert table["none"]["trajectory"] == [(1, 0.2), (2, 0.1), (3, 0.05)]
+    assert table["none"]["batch_precision_late"][0] == pytest.approx(1 - (0.2 + 0.1 + 0.05) / 6)
+    assert table["none"]["batch_accuracy_late"] == (None, None)  # not logged: "–", not 0
     verdicts = {c["claim"].split()[0] + c["claim"].split()[2]: c["holds"] for c in fid.claims(table)}
     assert list(verdicts.values()) == [False, True, True, True]  # static's late mean is 0.79, not > 0.9
     text = fid.markdown(table, fid.claims(table))
-    assert "| awa_g0.5 | 0,1 | 3 |" in text and "not measured" not in text
+    assert "| awa_g0.5 | 0,1 | 3 |" in text and "not measured" not in text and "batch_precision_late" in text
     paths = fid.plot(table, tmp_path)
     assert all(p.stat().st_size > 1000 for p in paths)
 
