@@ -130,12 +130,13 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         entry["batch_accuracy_late"] = _mean_sd([_window(r["steps_log"], "awa/accuracy") for r in group])
         entry["batch_expected_late"] = _mean_sd([_window(r["steps_log"], "awa/expected_refusal_rate") for r in group])
         entry["eval_expected"] = _mean_sd([r.get("expected_refusal") for r in group])
-        steps: dict[int, list[float]] = {}
-        for r in group:
-            for s in r["steps_log"]:
-                if isinstance(s.get("awa/refusal_rate"), (int, float)):
-                    steps.setdefault(s["step"], []).append(s["awa/refusal_rate"])
-        entry["trajectory"] = [(k, statistics.fmean(v)) for k, v in sorted(steps.items())]
+        for name, key in (("trajectory", "awa/refusal_rate"), ("expected_trajectory", "awa/expected_refusal_rate")):
+            steps: dict[int, list[float]] = {}
+            for r in group:
+                for s in r["steps_log"]:
+                    if isinstance(s.get(key), (int, float)):
+                        steps.setdefault(s["step"], []).append(s[key])
+            entry[name] = [(k, statistics.fmean(v)) for k, v in sorted(steps.items())]
         table[arm] = entry
     return table
 
@@ -181,6 +182,18 @@ def markdown(table: dict[str, dict[str, Any]], found: list[dict[str, Any]]) -> s
     return "\n".join(lines) + "\n"
 
 
+SMOOTH = 20
+"""Steps per moving mean in the trajectory plot (one step's batch of 16 rollouts is noise)."""
+
+
+def _smooth(values: tuple[float, ...]) -> list[float]:
+    out, window = [], []
+    for v in values:
+        window = (window + [v])[-SMOOTH:]
+        out.append(statistics.fmean(window))
+    return out
+
+
 def plot(table: dict[str, dict[str, Any]], out: Path) -> list[Path]:
     import matplotlib
 
@@ -192,9 +205,12 @@ def plot(table: dict[str, dict[str, Any]], out: Path) -> list[Path]:
     for arm, e in table.items():
         if e["trajectory"]:
             xs, ys = zip(*e["trajectory"])
-            ax.plot(xs, ys, label=arm, lw=1.2)
+            line, = ax.plot(xs, _smooth(ys), label=arm, lw=1.2)
+            if arm.startswith("awa") and e.get("expected_trajectory"):
+                xs, ys = zip(*e["expected_trajectory"])
+                ax.plot(xs, _smooth(ys), ls="--", lw=1, color=line.get_color(), label=f"{arm}: expected rate")
     ax.set_xlabel("GRPO optimizer step")
-    ax.set_ylabel("batch refusal rate (mean over seeds)")
+    ax.set_ylabel(f"batch refusal rate (mean over seeds, {SMOOTH}-step mean)")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
     fig.tight_layout()
