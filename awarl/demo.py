@@ -875,7 +875,8 @@ def capability_warnings(stats: dict[str, Any], split: str) -> list[str]:
 
 # -- command -------------------------------------------------------------------------------------------------
 def demo_command(
-    out: Path = typer.Option(Path("runs/demo"), "--out", help="Demo folder; rerunning resumes it."),
+    out: Path = typer.Option(None, "--out", help="Demo folder; rerunning resumes it.",
+                             show_default="runs/demo, or runs/demo-quick with --quick"),
     quick: bool = typer.Option(False, "--quick", help="A smaller run (a few minutes): fewer steps and questions."),
     seed: int = typer.Option(0, "--seed", help="Seed of the world, the model and sampling."),
     recipe: Path = typer.Option(DEFAULT_RECIPE, "--recipe", help="Demo recipe (world, model, rollout, reward, SFT, GRPO).",
@@ -887,6 +888,8 @@ def demo_command(
     from awarl.config_fields import ConfigError
     from awarl.data.records import DataError
 
+    if out is None:  # the two sizes never share a folder (a folder holds one world)
+        out = Path("runs/demo-quick" if quick else "runs/demo")
     try:
         run_demo(out, quick=quick, seed=seed, recipe=recipe, progress=not no_progress, until=until)
     except (DemoError, ConfigError, DataError) as exc:

@@ -198,3 +198,16 @@ def test_fidelity_aggregation_on_recorded_runs(tmp_path):
 def test_fidelity_claims_without_runs_are_not_measured():
     fid = _fidelity()
     assert {c["holds"] for c in fid.claims({})} == {None}
+
+
+def test_quick_and_full_demos_default_to_their_own_folders(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    recipe = tiny_recipe(tmp_path / "recipe.yaml")
+    for args, folder in ((["--quick"], "runs/demo-quick"), ([], "runs/demo")):
+        result = CliRunner().invoke(app, ["demo", *args, "--recipe", str(recipe), "--until", "world", "--no-progress"])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / folder / "world" / "world.json").exists()
