@@ -303,7 +303,8 @@ def gold_conversation(world: World, q: Question, search: Callable[[str], str], s
 
     ``guess=True`` (unanswerable questions only) ends like an agent that never abstains instead: it
     answers the place named by the first link passage the last search returned, about some other
-    place, citing it (the classic hallucination from an irrelevant retrieval)."""
+    place, citing it (the classic hallucination from an irrelevant retrieval); when that result
+    holds no such passage, it abstains after all."""
     from awarl.protocol import build_messages
 
     messages = build_messages(q.question, system_prompt)
