@@ -24,14 +24,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def train_files(world_train_files):
-    """GRPO runs on the test world: data the warm-started tiny model can get right, wrong or abstain on."""
+    """GRPO runs on the test world, the one the shared tiny model (`tiny_sft_model_dir`) was warm-started
+    on: data it can get right, wrong or abstain on."""
     return world_train_files
-
-
-@pytest.fixture(scope="module")
-def tiny_sft_model_dir(tiny_world_sft_model_dir):
-    """The tiny model warm-started on that world."""
-    return tiny_world_sft_model_dir
 
 AWA_KEYS = ("awa/refusal_rate", "awa/expected_refusal_rate", "awa/E", "awa/E_ema", "awa/penalty",
             "awa/accuracy", "awa/precision", "awa/ra_f1", "env/searches_per_rollout")
