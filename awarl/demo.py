@@ -27,7 +27,7 @@ import math
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +61,10 @@ class DemoRecipe:
     source: str
 
     @classmethod
-    def load(cls, path: str | Path, *, quick: bool = False, seed: int = 0) -> "DemoRecipe":
+    def load(cls, path: str | Path, *, quick: bool = False, seed: int = 0,
+             overrides: Sequence[str] = ()) -> "DemoRecipe":
+        """Read a demo recipe; ``quick`` applies its ``quick:`` overrides, then ``overrides``
+        (``section.field=value``, as ``awarl demo --set``) apply on top."""
         from awarl.train.config import apply_override, load_yaml
 
         path = Path(path)
@@ -71,11 +74,13 @@ class DemoRecipe:
         if not isinstance(raw, dict):
             raise DemoError(f"{path}: the demo recipe must be a YAML mapping")
         if quick:
-            overrides = raw.get("quick") or {}
-            if not isinstance(overrides, dict):
+            quick_keys = raw.get("quick") or {}
+            if not isinstance(quick_keys, dict):
                 raise DemoError(f"{path}: 'quick' must map dotted keys to values (e.g. sft.args.max_steps: 400)")
-            for key, value in overrides.items():
+            for key, value in quick_keys.items():
                 apply_override(raw, f"{key}={json.dumps(value)}")
+        for item in overrides:
+            apply_override(raw, item)
         world = dict(raw.get("world") or {})
         world["seed"] = seed
         capability = raw.get("capability") or {}
@@ -424,8 +429,9 @@ class Demo:
 
 
 def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DEFAULT_RECIPE,
-             progress: bool = True, until: str | None = None) -> dict[str, Any]:
-    """Run (or resume) every stage; returns the report's metrics. ``until`` stops after a stage."""
+             progress: bool = True, until: str | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Run (or resume) every stage; returns the report's metrics. ``until`` stops after a stage;
+    ``overrides`` (``section.field=value``) change the recipe."""
     import logging
     import os
     import warnings
@@ -437,7 +443,7 @@ def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DE
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    loaded = DemoRecipe.load(recipe, quick=quick, seed=seed)
+    loaded = DemoRecipe.load(recipe, quick=quick, seed=seed, overrides=overrides)
     paths = DemoPaths(Path(out))
     paths.root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -883,6 +889,8 @@ def demo_command(
                                 show_default="configs/demo_world.yaml"),
     until: str = typer.Option(None, "--until", help=f"Stop after this stage: {', '.join(STAGES)}."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress display (stage lines only)."),
+    overrides: list[str] = typer.Option(None, "--set", help="Override a recipe field: section.field=value (repeatable; "
+                                        "value is YAML), e.g. --set sft.args.max_steps=500."),
 ) -> None:
     """World -> tiny model -> SFT -> p_i -> GRPO with the AWA reward -> held-out evaluation -> report."""
     from awarl.config_fields import ConfigError
@@ -891,7 +899,8 @@ def demo_command(
     if out is None:  # the two sizes never share a folder (a folder holds one world)
         out = Path("runs/demo-quick" if quick else "runs/demo")
     try:
-        run_demo(out, quick=quick, seed=seed, recipe=recipe, progress=not no_progress, until=until)
+        run_demo(out, quick=quick, seed=seed, recipe=recipe, progress=not no_progress, until=until,
+                 overrides=overrides or ())
     except (DemoError, ConfigError, DataError) as exc:
         fail(exc)
 

@@ -48,8 +48,9 @@ FINAL_KEYS = ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall"
 
 
 # -- running -------------------------------------------------------------------------------------------------
-def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path) -> Path:
-    """Train and evaluate one arm x seed (resuming); returns its folder."""
+def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path, overrides: list[str] | None = None) -> Path:
+    """Train and evaluate one arm x seed (resuming); returns its folder. ``overrides``
+    (``section.field=value``) change the recipe of the base and of every arm."""
     from awarl.demo import Demo, DemoPaths, DemoRecipe, Display, run_demo
     from awarl.eval.run import EvalConfig, run_eval
     from awarl.train import grpo
@@ -60,8 +61,9 @@ def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path) -> Path:
     folder = out / arm / f"seed{seed}"
     if (folder / "result.json").exists():
         return folder
-    run_demo(base, seed=seed, recipe=recipe, until="p_i", progress=False)
-    loaded = DemoRecipe.load(recipe, seed=seed)
+    overrides = list(overrides or [])
+    run_demo(base, seed=seed, recipe=recipe, until="p_i", progress=False, overrides=overrides)
+    loaded = DemoRecipe.load(recipe, seed=seed, overrides=overrides)
     for key, value in {**ARMS[arm], "grpo.max_steps": steps}.items():
         apply_override(loaded.train, f"{key}={json.dumps(value)}")
     folder.mkdir(parents=True, exist_ok=True)
@@ -81,11 +83,25 @@ def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path) -> Path:
 
     rows = outcome_rows(folder / "eval")
     overall = result.metrics["overall"]
-    summary = {"arm": arm, "seed": seed, "steps": steps, "overrides": ARMS[arm],
+    summary = {"arm": arm, "seed": seed, "steps": steps, "overrides": ARMS[arm], "recipe_overrides": overrides,
                "final": {k: overall.get(k) for k in FINAL_KEYS},
                "expected_refusal": expected_refusal(rows, config.reward) if config.reward.kind == "awa" else None}
     (folder / "result.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return folder
+
+
+def _check_study(out: Path, recipe: Path, overrides: list[str]) -> None:
+    """A study folder holds one recipe: its bases and arms are reused, so running it again with
+    other settings is refused rather than mixed in."""
+    marker = out / "study.json"
+    this = {"recipe": Path(recipe).name, "overrides": list(overrides)}
+    if marker.exists():
+        before = json.loads(marker.read_text(encoding="utf-8"))
+        if before != this:
+            raise SystemExit(f"{out} holds a study run with {before}, not {this}; use another --out")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(this, indent=2) + "\n", encoding="utf-8")
 
 
 # -- aggregation ---------------------------------------------------------------------------------------------
@@ -244,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seeds", nargs="*", type=int, default=[0, 1])
     run.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="GRPO optimizer steps per arm (same for all)")
     run.add_argument("--recipe", type=Path, default=ROOT / "configs" / "demo_world.yaml")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a recipe field for the base and every arm (repeatable), e.g. sft.args.max_steps=500; "
+                          "use another --out for each recipe")
     agg = sub.add_parser("aggregate", help="table, claims and plots of the finished runs")
     agg.add_argument("--out", type=Path, default=ROOT / "runs" / "fidelity")
     sub.add_parser("arms", help="list the arms and their overrides")
@@ -256,10 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [a for a in args.arms if a not in ARMS]
         if unknown:
             parser.error(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
+        _check_study(args.out, args.recipe, args.overrides)
         for seed in args.seeds:
             for arm in args.arms:
                 print(f"== {arm} seed {seed}", flush=True)
-                folder = run_arm(args.out, arm, seed, args.steps, args.recipe)
+                folder = run_arm(args.out, arm, seed, args.steps, args.recipe, args.overrides)
                 print(f"   -> {folder / 'result.json'}", flush=True)
     runs = load_runs(args.out)
     if not runs:

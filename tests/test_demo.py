@@ -99,6 +99,31 @@ def test_quick_overrides_and_floors():
     assert 0 < quick.floors["sft_accuracy_answerable"] < 0.01
 
 
+def test_set_overrides_apply_after_quick_and_reach_the_world(tmp_path):
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+    from awarl.config_fields import ConfigError
+
+    loaded = DemoRecipe.load(DEFAULT_RECIPE, quick=True, overrides=["sft.args.max_steps=450", "world.persons=40"])
+    assert loaded.train["sft"]["args"]["max_steps"] == 450 and loaded.world["persons"] == 40
+    with pytest.raises(ConfigError, match="section.field=value"):
+        DemoRecipe.load(DEFAULT_RECIPE, overrides=["sft.args.max_steps"])
+    recipe = tiny_recipe(tmp_path / "recipe.yaml")
+    result = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "d"), "--recipe", str(recipe), "--set", "world.persons=30",
+                                      "--until", "world", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "d" / "world" / "world.json").read_text())["config"]["persons"] == 30
+
+
+def test_fidelity_study_folder_refuses_other_settings(tmp_path):
+    fid = _fidelity()
+    fid._check_study(tmp_path, Path("demo_world.yaml"), ["sft.args.max_steps=500"])
+    fid._check_study(tmp_path, Path("demo_world.yaml"), ["sft.args.max_steps=500"])  # same settings: resumes
+    with pytest.raises(SystemExit, match="another --out"):
+        fid._check_study(tmp_path, Path("demo_world.yaml"), [])
+
+
 @pytest.mark.parametrize("warm_start, message", [({"abstain_share": 1.5}, "abstain_share must be a number"),
                                                   ({"abstain_share": True}, "abstain_share must be a number"),
                                                   ({"abstain": 0.3}, "unknown key")])
