@@ -113,6 +113,7 @@ class DemoPaths:
         self.trajectories = self.data / "sft_trajectories.jsonl"
         self.grpo_metrics = self.grpo / "metrics_log.jsonl"
         self.timings = r / "timings.json"
+        self.settings = r / "recipe.json"
 
     def records(self, split: str) -> Path:
         return self.data / split / "records.jsonl"
@@ -428,6 +429,38 @@ class Demo:
         return path
 
 
+def _settings(recipe: DemoRecipe) -> dict[str, Any]:
+    """What a demo folder's stages were made with, flattened to dotted keys (floors only grade
+    the report, so they may change between runs)."""
+    def flat(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                flat(f"{prefix}.{key}" if prefix else str(key), item, out)
+        else:
+            out[prefix] = value
+        return out
+
+    raw = {"world": recipe.world, "warm_start": {"abstain_share": recipe.abstain_share}, "shape": recipe.shape,
+           "capability": {"k": recipe.k}, **recipe.train}
+    return json.loads(json.dumps(flat("", raw, {}), default=str))
+
+
+def _check_settings(paths: DemoPaths, recipe: DemoRecipe) -> None:
+    """A demo folder is resumed only with the settings it was started with: its finished stages
+    would otherwise be reused under a recipe that did not make them. Refused, naming the fields."""
+    now = _settings(recipe)
+    if paths.settings.exists():
+        before = json.loads(paths.settings.read_text(encoding="utf-8"))
+        changed = sorted(k for k in set(before) | set(now) if before.get(k, "<unset>") != now.get(k, "<unset>"))
+        if changed:
+            shown = ", ".join(f"{k}: {before.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r}" for k in changed[:6])
+            more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
+            raise DemoError(f"{paths.root} was started with other settings ({shown}{more}); use another --out, "
+                            "or delete the folder to start over")
+        return
+    paths.settings.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DEFAULT_RECIPE,
              progress: bool = True, until: str | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Run (or resume) every stage; returns the report's metrics. ``until`` stops after a stage;
@@ -456,6 +489,7 @@ def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DE
         display.print(f"[bold]awarl demo[/bold] -> {paths.root} ({'quick' if quick else 'full'}, seed {seed}); "
                       f"library output goes to {paths.log}")
         demo.train_config()  # fail on a bad recipe before any work
+        _check_settings(paths, loaded)
         with demo.timed("world"):
             world = demo.world_stage()
         demo.write_manifest()

@@ -86,9 +86,22 @@ def test_demo_refuses_a_folder_of_another_world(tmp_path):
 
     recipe = tiny_recipe(tmp_path / "recipe.yaml")
     run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world")
-    with pytest.raises(DemoError, match="another world"):
+    with pytest.raises(DemoError, match="other settings.*world.seed: 0 -> 1"):
         run_demo(tmp_path / "d", recipe=recipe, seed=1, progress=False, until="world")
     assert json.loads((tmp_path / "d" / "demo.json").read_text())["agent"] is None
+    (tmp_path / "d" / "recipe.json").unlink()  # a folder from before the settings were recorded: the world still decides
+    with pytest.raises(DemoError, match="another world"):
+        run_demo(tmp_path / "d", recipe=recipe, seed=1, progress=False, until="world")
+
+
+def test_demo_refuses_to_resume_with_other_training_settings(tmp_path):
+    from awarl.demo import DemoError
+
+    recipe = tiny_recipe(tmp_path / "recipe.yaml")
+    run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world")
+    with pytest.raises(DemoError, match=r"sft.args.max_steps: \d+ -> 999.*another --out"):
+        run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world", overrides=["sft.args.max_steps=999"])
+    run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world", overrides=["floors.full.refusal_gap=0.2"])
 
 
 def test_quick_overrides_and_floors():
