@@ -104,6 +104,12 @@ def _check_study(out: Path, recipe: Path, overrides: list[str]) -> None:
     marker.write_text(json.dumps(this, indent=2) + "\n", encoding="utf-8")
 
 
+def _bar(mean: float, sd: float | None) -> list[list[float]]:
+    """An error bar of ± ``sd`` around a rate, cut at 0 and 1 (a rate cannot leave them)."""
+    sd = sd or 0.0
+    return [[min(sd, mean)], [min(sd, 1.0 - mean)]]
+
+
 # -- aggregation ---------------------------------------------------------------------------------------------
 def load_runs(out: Path) -> list[dict[str, Any]]:
     """Every finished arm x seed under ``out``: its result.json plus its per-step log."""
@@ -236,13 +242,14 @@ def plot(table: dict[str, dict[str, Any]], out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 5))
     for arm, e in table.items():
         if e["precision"][0] is not None:
-            ax.errorbar(e["accuracy"][0], e["precision"][0], xerr=e["accuracy"][1], yerr=e["precision"][1], fmt="o",
+            ax.errorbar(e["accuracy"][0], e["precision"][0], xerr=_bar(*e["accuracy"]), yerr=_bar(*e["precision"]), fmt="o",
                         label=arm, capsize=3)
     gam = [table[a] for a in ("awa_g0.3", "awa_g0.5", "awa_g0.7") if a in table and table[a]["precision"][0] is not None]
     if len(gam) > 1:
         ax.plot([e["accuracy"][0] for e in gam], [e["precision"][0] for e in gam], "k--", lw=1, label="AWA across gamma")
     ax.set_xlabel("accuracy (held-out)")
     ax.set_ylabel("precision (held-out)")
+    ax.set_title("held-out precision vs accuracy (mean, bars: ± sd over seeds, within [0, 1])", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     paths.append(out / "fidelity_frontier.png")
