@@ -445,20 +445,22 @@ def _settings(recipe: DemoRecipe) -> dict[str, Any]:
     return json.loads(json.dumps(flat("", raw, {}), default=str))
 
 
-def _check_settings(paths: DemoPaths, recipe: DemoRecipe) -> None:
-    """A demo folder is resumed only with the settings it was started with: its finished stages
-    would otherwise be reused under a recipe that did not make them. Refused, naming the fields."""
+def check_settings(marker: Path, recipe: DemoRecipe) -> None:
+    """A folder of finished stages (a demo, a fidelity study) is resumed only with the settings
+    it was started with, recorded in ``marker``: its stages would otherwise be reused under a
+    recipe that did not make them. Refused, naming the changed fields."""
     now = _settings(recipe)
-    if paths.settings.exists():
-        before = json.loads(paths.settings.read_text(encoding="utf-8"))
+    if marker.exists():
+        before = json.loads(marker.read_text(encoding="utf-8"))
         changed = sorted(k for k in set(before) | set(now) if before.get(k, "<unset>") != now.get(k, "<unset>"))
         if changed:
             shown = ", ".join(f"{k}: {before.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r}" for k in changed[:6])
             more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
-            raise DemoError(f"{paths.root} was started with other settings ({shown}{more}); use another --out, "
+            raise DemoError(f"{marker.parent} was started with other settings ({shown}{more}); use another --out, "
                             "or delete the folder to start over")
         return
-    paths.settings.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DEFAULT_RECIPE,
@@ -489,7 +491,7 @@ def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DE
         display.print(f"[bold]awarl demo[/bold] -> {paths.root} ({'quick' if quick else 'full'}, seed {seed}); "
                       f"library output goes to {paths.log}")
         demo.train_config()  # fail on a bad recipe before any work
-        _check_settings(paths, loaded)
+        check_settings(paths.settings, loaded)
         with demo.timed("world"):
             world = demo.world_stage()
         demo.write_manifest()
@@ -939,5 +941,5 @@ def demo_command(
         fail(exc)
 
 
-__all__ = ["Demo", "DemoError", "DemoPaths", "DemoRecipe", "run_demo", "demo_command", "capability_summary",
+__all__ = ["Demo", "DemoError", "DemoPaths", "DemoRecipe", "check_settings", "run_demo", "demo_command", "capability_summary",
            "capability_warnings", "MANIFEST", "STAGES"]

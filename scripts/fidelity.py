@@ -91,17 +91,15 @@ def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path, overrides:
 
 
 def _check_study(out: Path, recipe: Path, overrides: list[str]) -> None:
-    """A study folder holds one recipe: its bases and arms are reused, so running it again with
-    other settings is refused rather than mixed in."""
-    marker = out / "study.json"
-    this = {"recipe": Path(recipe).name, "overrides": list(overrides)}
-    if marker.exists():
-        before = json.loads(marker.read_text(encoding="utf-8"))
-        if before != this:
-            raise SystemExit(f"{out} holds a study run with {before}, not {this}; use another --out")
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(this, indent=2) + "\n", encoding="utf-8")
+    """A study folder holds one recipe (file and ``--set`` overrides): its bases and finished arms
+    are reused, so running it again with other settings is refused rather than mixed in. The
+    check is the demo's (`awarl.demo.check_settings`), on the recipe as every seed shares it."""
+    from awarl.demo import DemoError, DemoRecipe, check_settings
+
+    try:
+        check_settings(out / "study.json", DemoRecipe.load(recipe, seed=0, overrides=overrides))
+    except DemoError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def _bar(mean: float, sd: float | None) -> list[list[float]]:

@@ -131,10 +131,10 @@ def test_set_overrides_apply_after_quick_and_reach_the_world(tmp_path):
 
 def test_fidelity_study_folder_refuses_other_settings(tmp_path):
     fid = _fidelity()
-    fid._check_study(tmp_path, Path("demo_world.yaml"), ["sft.args.max_steps=500"])
-    fid._check_study(tmp_path, Path("demo_world.yaml"), ["sft.args.max_steps=500"])  # same settings: resumes
+    fid._check_study(tmp_path, DEFAULT_RECIPE, ["sft.args.max_steps=500"])
+    fid._check_study(tmp_path, DEFAULT_RECIPE, ["sft.args.max_steps=500"])  # same settings: resumes
     with pytest.raises(SystemExit, match="another --out"):
-        fid._check_study(tmp_path, Path("demo_world.yaml"), [])
+        fid._check_study(tmp_path, DEFAULT_RECIPE, [])
 
 
 @pytest.mark.parametrize("warm_start, message", [({"abstain_share": 1.5}, "abstain_share must be a number"),
