@@ -33,6 +33,8 @@ rounding of a sum of a few hundred terms, so rounding can never prune a true top
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from awarl.search.postings import Postings
@@ -76,17 +78,19 @@ SKIP_MIN = 1 << 17  # lists this long are searched through their block skips (me
 
 def _find_in_blocks(p: Postings, term: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Which of ``rows`` are in ``term``'s list (a mask) and where those are (relative to the
-    list's start), read through the term's block skips: each row's block holds at most
-    ``rows per block`` postings, compared all at once."""
-    width = p.blocks.rows
-    lo, hi = p.block_ranges(term, rows // width)
-    slots = lo[:, None] + np.arange(width)  # every posting slot a row's block can have
-    valid = slots < hi[:, None]
-    start = int(p.indptr[term])
-    match = np.zeros(slots.shape, dtype=bool)
-    match[valid] = p.indices[start + slots[valid]] == np.broadcast_to(rows[:, None], slots.shape)[valid]
-    found = match.any(axis=1)
-    return found, slots[found, np.argmax(match[found], axis=1)]
+    list's start), read through the term's block skips: only the postings of each row's block
+    (at most ``rows per block``, usually one or two) are compared with the row."""
+    lo, hi = p.block_ranges(term, rows // p.blocks.rows)
+    counts = hi - lo
+    total = int(counts.sum())
+    found = np.zeros(len(rows), dtype=bool)
+    if not total:
+        return found, lo[:0]
+    owner = np.repeat(np.arange(len(rows)), counts)  # the row each compared posting belongs to
+    pos = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
+    hit = np.flatnonzero(p.indices[int(p.indptr[term]) + pos] == rows[owner])
+    found[owner[hit]] = True  # rows are unique in a list: at most one hit per row, in row order
+    return found, pos[hit]
 
 
 def score_all(p: Postings, token_ids: np.ndarray) -> np.ndarray:
@@ -127,7 +131,7 @@ def top_k_exhaustive(p: Postings, token_ids: np.ndarray, k: int) -> tuple[np.nda
     return best_of(cand, scores[cand], k)
 
 
-SEED_ROWS = (64,)  # best postings per long query term scored for the threshold (one try; a wider second one cost more than it saved)
+SEED_ROWS = 64  # best postings per long query term scored for the threshold (a wider second try cost more than it saved)
 SHORT_LIST = 2048  # posting lists this short (and under 0.2% of the corpus) are scored whole; the rest are pruned
 DENSE_SHARE = 8  # more candidates than 1/8 of the corpus: the exhaustive array is cheaper
 
@@ -144,7 +148,7 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
         return _EMPTY
     if not p.nonnegative:
         return top_k_exhaustive(p, token_ids, k)
-    terms, counts = np.unique(token_ids, return_counts=True)
+    terms, counts = _distinct(token_ids)
     lengths = p.indptr[terms + 1] - p.indptr[terms]
     bounds = p.term_max[terms].astype(np.float64) * counts
     margin = 1.0 + max(1e-4, 8.0 * len(token_ids) * 2.0**-24)
@@ -152,31 +156,28 @@ def top_k_maxscore(p: Postings, token_ids: np.ndarray, k: int, dense_share: int 
     long_terms, long_counts, long_bounds = terms[~short], counts[~short], bounds[~short]
     total = float(long_bounds.sum())
     const = float(p.nonoccurrence[token_ids].sum()) if p.nonoccurrence is not None else 0.0
-    # 1. Every passage holding a rare (short-list) term is a candidate, scored exactly; with the
-    #    best postings of the long terms they give a threshold: the k-th best exact score among
-    #    real passages, so the true k-th best is at least as high.
-    seed = _union([p.indices[p.indptr[t] : p.indptr[t + 1]] for t in terms[short]] + [np.empty(0, np.int64)])
+    # 1. Every passage holding a rare (short-list) term is a candidate; with the best postings of
+    #    the long terms they are scored exactly (all at once) and give a threshold: the k-th best
+    #    exact score among real passages, so the true k-th best is at least as high.
+    seed = _union([p.indices[p.indptr[t] : p.indptr[t + 1]] for t in terms[short]]
+                  + [p.best_rows(int(t), SEED_ROWS) for t in long_terms] + [np.empty(0, np.int64)])
     seed_scores = score_rows(p, token_ids, seed)
-    for width in SEED_ROWS:
-        wider = _union([p.best_rows(int(t), width) for t in long_terms] + [np.empty(0, np.int64)])
-        wider = wider[~_isin_sorted(wider, seed)]
-        seed, seed_scores = _merge(seed, seed_scores, wider, score_rows(p, token_ids, wider))
-        kth = np.partition(seed_scores, len(seed) - k)[len(seed) - k] if len(seed) >= k else np.float32(0)
-        # bm25l / bm25+ add the same constant to every passage's score; the bounds exclude it
-        theta = max(0.0, float(kth) - const - 4 * 2.0**-24 * (abs(float(kth)) + const)) / margin if len(seed) >= k else 0.0
-        # 2. A passage outside the short lists scores at most the long terms' bounds, so to reach
-        #    theta it needs at least `need` from each long term u (all the others giving at most
-        #    their bounds). Where a need is positive the passage must be in u's list with at least
-        #    that score, a prefix of u's champion list; the smallest such prefix holds every
-        #    candidate (they must be in all of them).
-        needs = (theta - (total - long_bounds) * margin) / long_counts
-        if (needs > 0).any():
-            sizes = [p.count_at_least(int(t), float(nd)) if nd > 0 else p.num_docs + 1 for t, nd in zip(long_terms, needs)]
-            u = int(np.argmin(sizes))
-            if dense_share is None or sizes[u] * dense_share <= p.num_docs:
-                parts = [p.rows_at_least(int(long_terms[u]), float(needs[u]))]
-                break
-    else:
+    kth = np.partition(seed_scores, len(seed) - k)[len(seed) - k] if len(seed) >= k else np.float32(0)
+    # bm25l / bm25+ add the same constant to every passage's score; the bounds exclude it
+    theta = max(0.0, float(kth) - const - 4 * 2.0**-24 * (abs(float(kth)) + const)) / margin if len(seed) >= k else 0.0
+    # 2. A passage outside the short lists scores at most the long terms' bounds, so to reach
+    #    theta it needs at least `need` from each long term u (all the others giving at most
+    #    their bounds). Where a need is positive the passage must be in u's list with at least
+    #    that score, a prefix of u's champion list; the smallest such prefix holds every
+    #    candidate (they must be in all of them).
+    parts = None
+    needs = (theta - (total - long_bounds) * margin) / long_counts
+    if (needs > 0).any():
+        sizes = [p.count_at_least(int(t), float(nd)) if nd > 0 else p.num_docs + 1 for t, nd in zip(long_terms, needs)]
+        u = int(np.argmin(sizes))
+        if dense_share is None or sizes[u] * dense_share <= p.num_docs:
+            parts = [p.rows_at_least(int(long_terms[u]), float(needs[u]))]
+    if parts is None:
         # 3. No need is positive (or none is selective): MaxScore's split. Long terms whose bounds
         #    sum below theta (smallest first) cannot lift a passage into the top k alone; a
         #    candidate must hold one of the others, the essential terms.
@@ -257,18 +258,19 @@ def _top_k_blocks(p: Postings, token_ids: np.ndarray, k: int, long_terms: np.nda
             chosen, cand = np.sort(rest[take]), rest[~take]
         else:
             chosen, cand = cand, cand[:0]
-        rows, scores = _score_blocks(p, token_ids, chosen)
-        new = ~_isin_sorted(rows, seed)  # seed rows are in the pool (or were pruned from it) already
-        pool_rows = np.concatenate([pool_rows, rows[new]])
-        pool_scores = np.concatenate([pool_scores, scores[new]])
+        rows, scores = _score_blocks(p, token_ids, chosen, skip=seed)  # seed rows are in the pool (or were pruned from it) already
+        pool_rows = np.concatenate([pool_rows, rows])
+        pool_scores = np.concatenate([pool_scores, scores])
         width *= 2
     return best_of(pool_rows, pool_scores, k)
 
 
-def _score_blocks(p: Postings, token_ids: np.ndarray, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exact float32 scores of every row in ``blocks`` (sorted) that holds a query term: each
-    term's postings in those blocks are read through the stored skips and added in query-term
-    order, as `score_all` adds them (so the scores are bit-identical)."""
+def _score_blocks(p: Postings, token_ids: np.ndarray, blocks: np.ndarray,
+                  skip: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact float32 scores of every row in ``blocks`` (sorted) that holds a query term, but
+    those in ``skip`` (sorted rows): each term's postings in those blocks are read through the
+    stored skips and added in query-term order, as `score_all` adds them (so the scores are
+    bit-identical)."""
     width = p.blocks.rows
     starts = blocks * width
     local = np.zeros(len(blocks) * width, dtype=np.float32)
@@ -286,6 +288,11 @@ def _score_blocks(p: Postings, token_ids: np.ndarray, blocks: np.ndarray) -> tup
         pos, where, total = ranges[t]
         if total:
             local[where + indices[pos]] += data[pos]
+    if skip is not None and len(skip):
+        b = skip // width
+        j = np.minimum(np.searchsorted(blocks, b), len(blocks) - 1)
+        inside = blocks[j] == b
+        local[j[inside] * width + skip[inside] % width] = 0
     hit = np.flatnonzero(local > 0)
     return starts[hit // width] + hit % width, local[hit]
 
@@ -297,6 +304,14 @@ def _merge(rows: np.ndarray, scores: np.ndarray, more: np.ndarray, more_scores: 
     merged = np.concatenate([rows, more])
     order = np.argsort(merged, kind="stable")
     return merged[order], np.concatenate([scores, more_scores])[order]
+
+
+def _distinct(token_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct terms of a query and how often each occurs (np.unique's bookkeeping
+    costs more than the handful of terms a query has)."""
+    counts = Counter(token_ids.tolist())
+    terms = sorted(counts)
+    return np.asarray(terms, dtype=np.int64), np.asarray([counts[t] for t in terms], dtype=np.int64)
 
 
 def _union(parts: list[np.ndarray]) -> np.ndarray:
