@@ -64,10 +64,11 @@ def score_rows(p: Postings, token_ids: np.ndarray, rows: np.ndarray) -> np.ndarr
             found, pos = _find_in_blocks(p, int(t), rows)
             scores[found] += data[start + pos]
         else:
-            pos = np.searchsorted(posting, rows)
-            found = pos < len(posting)
-            found[found] = posting[pos[found]] == rows[found]
-            scores[found] += data[start + pos[found]]
+            if not len(posting):
+                continue
+            pos = np.minimum(np.searchsorted(posting, rows), len(posting) - 1)
+            # adding 0 where the row is absent leaves its float32 sum as it was: no masked writes
+            scores += np.where(posting[pos] == rows, data[start + pos], np.float32(0))
     if p.nonoccurrence is not None and len(token_ids):
         scores += p.nonoccurrence[token_ids].sum()
     return scores
