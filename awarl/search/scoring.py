@@ -88,10 +88,16 @@ def _find_in_blocks(p: Postings, term: int, rows: np.ndarray) -> tuple[np.ndarra
     if not total:
         return found, lo[:0]
     owner = np.repeat(np.arange(len(rows)), counts)  # the row each compared posting belongs to
-    pos = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
+    pos = _spread(lo, counts, total)
     hit = np.flatnonzero(p.indices[int(p.indptr[term]) + pos] == rows[owner])
     found[owner[hit]] = True  # rows are unique in a list: at most one hit per row, in row order
     return found, pos[hit]
+
+
+def _spread(lo: np.ndarray, counts: np.ndarray, total: int) -> np.ndarray:
+    """Every position of the ranges ``lo[i] .. lo[i] + counts[i]``, range after range
+    (``total`` is ``counts.sum()``)."""
+    return np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
 
 
 def score_all(p: Postings, token_ids: np.ndarray) -> np.ndarray:
@@ -284,7 +290,7 @@ def _score_blocks(p: Postings, token_ids: np.ndarray, blocks: np.ndarray,
             lo, hi = p.block_ranges(t, blocks)
             counts = hi - lo
             total = int(counts.sum())
-            pos = int(indptr[t]) + np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total) if total else None
+            pos = int(indptr[t]) + _spread(lo, counts, total) if total else None
             ranges[t] = (pos, np.repeat(offset, counts) if total else None, total)
         pos, where, total = ranges[t]
         if total:
