@@ -1,10 +1,12 @@
 """Read the model's decision after a rewrite prompt: ``DECISION:`` then ``ANSWER:`` or ``QUESTION:`` lines.
 
-Models dress the format up: bold labels, headings, bullets or numbers before ``QUESTION:``, a
-preamble before the decision, answers spread over several lines, lower case. `parse_decision`
-accepts all of those and never raises: a reply it cannot read becomes a REWRITE whose answer is
-the whole reply, marked ``parsed=False`` and logged, so the loop validates what the model said
-instead of dropping it (the sample chatbot silently lost bulleted questions).
+Models dress the format up: bold labels, headings, bullets or numbers before ``QUESTION:``,
+``Q1:`` labels, a label alone on its line with its text on the next, several questions on one
+line, code fences, a preamble before the decision, answers spread over several lines, lower
+case. `parse_decision` accepts all of those and never raises: a reply it cannot read becomes a
+REWRITE whose answer is the whole reply, marked ``parsed=False`` and logged, so the loop
+validates what the model said instead of dropping it. When a reply holds several DECISION lines
+the last one counts, with the lines that follow it.
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ log = logging.getLogger(__name__)
 
 DecisionKind = Literal["REWRITE", "ASK_QUESTIONS", "IMPOSSIBLE"]
 MAX_QUESTIONS = 5
-"""At most this many clarifying questions are kept (AWS's guidance and the sample chatbot's limit)."""
+"""At most this many clarifying questions are kept (AWS's guidance for clarifying questions)."""
 
 # Markdown a model may wrap a label in: heading hashes, quote marks, bullets, numbers, emphasis.
 _LEAD_RE = re.compile(r"^\s*(?:#{1,6}\s*|>\s*)*(?:(?:[-*+•]|\d{1,2}[.)])\s+)?")
 _EMPH_RE = re.compile(r"(\*\*|__|\*|`)")
-_LABEL_RE = re.compile(r"^(decision|answer|explanation|question|questions)\s*(?:\d{1,2}\s*)?[:：\-–—]\s*(.*)$", re.I)
+_LABEL_RE = re.compile(
+    r"^(decision|answer|explanation|questions?|q(?=\s*\d{0,2}\s*[:：)]))\s*(?:\d{1,2}\s*)?[:：)\-–—]\s*(.*)$", re.I
+)
+# A second question label inside a line that starts with one: "QUESTION: a? QUESTION: b?", "Q1: a? Q2: b?".
+_INLINE_QUESTION_RE = re.compile(r"(?<=\S)\s+(?=(?:\*\*)?(?:question\s*\d{0,2}|q\s*\d{1,2})\s*(?:\*\*)?[:：])", re.I)
+_FENCE_RE = re.compile(r"^\s*(```|~~~)[\w+-]*\s*$")
 _KINDS = {
     "REWRITE": "REWRITE",
     "REWRITTEN": "REWRITE",
@@ -67,6 +74,76 @@ def _kind_of(value: str) -> str | None:
     return _KINDS.get(word)
 
 
+def _lines(raw: str) -> list[str]:
+    """The reply's lines without code fences, a line of several question labels split in one per label."""
+    out: list[str] = []
+    for line in raw.splitlines():
+        if _FENCE_RE.match(line):
+            continue
+        m = _LABEL_RE.match(_clean(line))
+        if m and m.group(1).lower() in ("question", "q"):
+            out.extend(_INLINE_QUESTION_RE.split(line))
+        else:
+            out.append(line)
+    return out
+
+
+@dataclass
+class _Block:
+    """What one DECISION block holds so far; a later DECISION line starts a new block."""
+
+    kind: str | None = None
+    answer_lines: list[str] | None = None
+    questions: list[str] = field(default_factory=list)
+    loose: list[str] = field(default_factory=list)  # lines after the decision that belong to no label
+    in_questions: bool = False  # after a bare "QUESTIONS:" header, list items are questions
+    awaiting_question: bool = False  # after a bare "QUESTION:" label, the next line is the question
+
+    def read(self, line: str) -> None:
+        cleaned = _clean(line)
+        m = _LABEL_RE.match(cleaned)
+        label = m.group(1).lower() if m else None
+        if label in ("answer", "explanation"):
+            self.answer_lines = [m.group(2)] if m.group(2) else []
+            self.in_questions = self.awaiting_question = False
+        elif label in ("question", "questions", "q"):
+            rest = m.group(2).strip()
+            if rest:
+                self.questions.append(rest)
+            self.awaiting_question = not rest and label != "questions"
+            self.in_questions = label == "questions" or self.in_questions
+            self.answer_lines = None
+        elif self.awaiting_question and cleaned:
+            self.questions.append(cleaned)
+            self.awaiting_question = False
+        elif self.in_questions and cleaned and (cleaned != line.strip() or cleaned.endswith("?")):
+            self.questions.append(cleaned)  # a list item (or a plain question) under QUESTIONS:
+        elif self.answer_lines is not None:
+            self.answer_lines.append(line.rstrip())
+        elif self.kind is not None and cleaned:
+            self.loose.append(line.rstrip())
+
+    def answer(self) -> str:
+        answer = "\n".join(self.answer_lines).strip() if self.answer_lines is not None else ""
+        if not answer and self.loose and self.kind != "ASK_QUESTIONS":
+            answer = "\n".join(self.loose).strip()
+        return answer
+
+
+def _last_block(raw: str) -> _Block:
+    block = _Block()
+    for line in _lines(raw):
+        m = _LABEL_RE.match(_clean(line))
+        if m and m.group(1).lower() == "decision":
+            found = _kind_of(m.group(2))
+            if found is not None:
+                block = _Block(kind=found) if block.kind is not None else _Block(kind=found, answer_lines=block.answer_lines,
+                                                                                 questions=block.questions)
+            continue
+        block.read(line)
+    return block
+
+
 def parse_decision(text: str | None, max_questions: int = MAX_QUESTIONS) -> Decision:
     """Parse a reply to a rewrite prompt.
 
@@ -79,44 +156,9 @@ def parse_decision(text: str | None, max_questions: int = MAX_QUESTIONS) -> Deci
     False
     """
     raw = (text or "").strip()
-    kind: str | None = None
-    answer_lines: list[str] | None = None
-    questions: list[str] = []
-    in_questions = False  # after a bare "QUESTIONS:" header, list items are questions
-    loose: list[str] = []  # lines after the decision that belong to no label
-    for line in raw.splitlines():
-        cleaned = _clean(line)
-        m = _LABEL_RE.match(cleaned)
-        label = m.group(1).lower() if m else None
-        if label == "decision":
-            found = _kind_of(m.group(2))
-            if found is not None and kind is None:
-                kind = found
-            in_questions, answer_lines = False, answer_lines
-            continue
-        if label in ("answer", "explanation"):
-            answer_lines = [m.group(2)] if m.group(2) else []
-            in_questions = False
-            continue
-        if label in ("question", "questions"):
-            rest = m.group(2).strip()
-            if rest:
-                questions.append(rest)
-            in_questions = label == "questions" or in_questions
-            answer_lines = None
-            continue
-        if in_questions and cleaned and cleaned != line.strip():  # a list item under QUESTIONS:
-            questions.append(cleaned)
-            continue
-        if answer_lines is not None:
-            answer_lines.append(line.rstrip())
-        elif kind is not None and cleaned:
-            loose.append(line.rstrip())
-    answer = "\n".join(answer_lines).strip() if answer_lines is not None else ""
-    if not answer and loose and kind != "ASK_QUESTIONS":
-        answer = "\n".join(loose).strip()
-    questions = [q for q in questions if q]
-
+    block = _last_block(raw)
+    kind, answer = block.kind, block.answer()
+    questions = [q for q in block.questions if q]
     if kind is None:
         if answer:
             kind = "REWRITE"

@@ -37,7 +37,7 @@ def test_answer_on_the_line_after_its_label():
 
 @pytest.mark.parametrize("q1,q2", [
     ("QUESTION: Are the items on sale?", "QUESTION: Is the order over $50?"),
-    ("- QUESTION: Are the items on sale?", "- QUESTION: Is the order over $50?"),        # the sample chatbot dropped these
+    ("- QUESTION: Are the items on sale?", "- QUESTION: Is the order over $50?"),        # bulleted labels
     ("1. Question: Are the items on sale?", "2. Question: Is the order over $50?"),
     ("* **Question 1:** Are the items on sale?", "* **Question 2:** Is the order over $50?"),
 ])
@@ -91,3 +91,47 @@ def test_incomplete_replies_fall_back_to_a_rewrite(text, note):
 def test_unknown_decision_word_is_not_a_decision():
     d = parse_decision("DECISION: MAYBE\nANSWER: Perhaps 15%.")
     assert d.kind == "REWRITE" and d.text == "Perhaps 15%."  # the answer still counts
+
+
+# More shapes models really write: a label alone on its line, Q1: labels, two questions on a line,
+# code fences, a second DECISION.
+
+def test_question_label_alone_with_the_question_on_the_next_line():
+    d = parse_decision("DECISION: ASK_QUESTIONS\nQUESTION:\nAre the items on sale?\nQUESTION:\nIs the order over $50?")
+    assert d.kind == "ASK_QUESTIONS" and d.questions == ["Are the items on sale?", "Is the order over $50?"]
+
+
+@pytest.mark.parametrize("q1,q2", [("Q1: Are the items on sale?", "Q2: Is the order over $50?"),
+                                   ("**Q1:** Are the items on sale?", "**Q2:** Is the order over $50?"),
+                                   ("Q: Are the items on sale?", "Q: Is the order over $50?")])
+def test_q_labels_are_questions(q1, q2):
+    d = parse_decision(f"DECISION: ASK_QUESTIONS\n{q1}\n{q2}")
+    assert d.kind == "ASK_QUESTIONS" and d.questions == ["Are the items on sale?", "Is the order over $50?"]
+    assert d.text == ""
+
+
+@pytest.mark.parametrize("line", ["QUESTION: Are the items on sale? QUESTION: Is the order over $50?",
+                                  "Q1: Are the items on sale? Q2: Is the order over $50?"])
+def test_two_questions_on_one_line_are_two_questions(line):
+    d = parse_decision(f"DECISION: ASK_QUESTIONS\n{line}")
+    assert d.questions == ["Are the items on sale?", "Is the order over $50?"]
+
+
+def test_code_fences_are_not_part_of_the_answer():
+    d = parse_decision("```\nDECISION: REWRITE\nANSWER: You get 15% off.\n```")
+    assert d.kind == "REWRITE" and d.text == "You get 15% off." and d.parsed
+    d = parse_decision("```text\nDECISION: REWRITE\nANSWER: You get 15% off.\nShipping is free.\n```\n")
+    assert d.text == "You get 15% off.\nShipping is free."
+
+
+def test_the_last_decision_counts_with_the_lines_after_it():
+    d = parse_decision("DECISION: ASK_QUESTIONS\nQUESTION: Are you a member?\n\nOn reflection the policy settles it.\n"
+                       "DECISION: REWRITE\nANSWER: You get 15% off.")
+    assert (d.kind, d.text, d.questions) == ("REWRITE", "You get 15% off.", [])
+    d = parse_decision("DECISION: REWRITE\nANSWER: You get 15% off.\nDECISION: ASK_QUESTIONS\nQUESTION: Are you a member?")
+    assert (d.kind, d.text, d.questions) == ("ASK_QUESTIONS", "", ["Are you a member?"])
+
+
+def test_a_question_mark_in_an_answer_is_not_a_question_label():
+    d = parse_decision("DECISION: REWRITE\nANSWER: Is shipping free? Yes, on orders over $50.")
+    assert d.kind == "REWRITE" and d.text == "Is shipping free? Yes, on orders over $50."
