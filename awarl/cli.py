@@ -22,6 +22,7 @@ from awarl.eval.cli import app as eval_app
 from awarl.search.cli import index_app, search_app
 from awarl.train.cli import app as train_app
 from awarl.train.cli import export_command, sweep_command
+from awarl.train.model_cli import app as model_app
 from awarl.verify.cli import app as verify_app
 
 app = typer.Typer(
@@ -37,6 +38,7 @@ app.add_typer(search_app, name="search", help="Query an index or serve it over H
 app.add_typer(capability_app, name="capability", help="Estimate per-query capability p_i.")
 app.add_typer(eval_app, name="eval", help="Score predictions, run evaluations, build reports.")
 app.add_typer(train_app, name="train", help="SFT cold start and AWA-RL GRPO training.")
+app.add_typer(model_app, name="model", help="Import models (GGUF files) as Hugging Face folders.")
 app.add_typer(verify_app, name="verify", help="Automated-reasoning and citation checks.")
 app.add_typer(chat_app, name="chat", help="Serve the verify-and-rewrite chatbot (REST API + web UI).")
 app.add_typer(audit_app, name="audit", help="Verify the chatbot's hash-chained audit log.")
