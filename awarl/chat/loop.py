@@ -134,7 +134,7 @@ class Loop:
         result = aggregate(v.findings)
         it.result = result.value if result else None
         it.partly_valid = partly_valid(v.findings)
-        it.premises_text, it.validate_s, it.solver_s = v.premises, v.seconds, v.solver_seconds
+        it.premises_text, it.validate_s, it.solver_s, it.given = v.premises, v.seconds, v.solver_seconds, v.given
         t.note("validated", result=it.result)
         t.state = State.CHECK_QUESTIONS
 
@@ -153,6 +153,9 @@ class Loop:
         if result is None:
             self._complete(t, Exit.NO_TRANSLATIONS, Badge.NOT_VALIDATED,
                            "Not validated: the checker returned no findings for this answer.")
+        elif result is Result.VALID and it.given:
+            self._complete(t, Exit.VALID_RESPONSE, Badge.VALID_GIVEN_YOUR_STATEMENT,
+                           "Valid given your statement: " + " ".join(f"“{g}”" for g in it.given) + " (taken as you said it, not checked).")
         elif result is Result.VALID:
             self._complete(t, Exit.VALID_RESPONSE, Badge.VALID)
         elif result is Result.NO_TRANSLATIONS:
@@ -205,9 +208,18 @@ class Loop:
         t.iterations.append(it)
         if not decision.parsed:
             t.note("unparseable decision; the whole reply is the rewrite", reason=decision.note)
-        if decision.kind == "IMPOSSIBLE":
-            self._complete(t, Exit.IMPOSSIBLE, Badge.IMPOSSIBLE, "The assistant found the question contradictory.",
+        if decision.kind == "IMPOSSIBLE" and result is Result.IMPOSSIBLE:
+            # Only the checker can find the premises contradictory; then the explanation is served as such.
+            self._complete(t, Exit.IMPOSSIBLE, Badge.IMPOSSIBLE, "The checker found the question's premises contradictory.",
                            final=decision.text or display_text(t.answer))
+        elif decision.kind == "IMPOSSIBLE":
+            # Declaring a checkable question impossible is no way out of the check: its text is a rewrite.
+            t.note("IMPOSSIBLE declared but the checker found the premises consistent; the text is checked as a rewrite",
+                   result=result.value if result else None)
+            if decision.text.strip():
+                it.answer = decision.text
+                self._set_answer(t, decision.text, _citations(decision.text))
+            t.state = State.VALIDATE
         elif decision.kind == "ASK_QUESTIONS" and may_ask:
             t.pending_questions = list(decision.questions)
             t.question_rounds += 1

@@ -52,6 +52,8 @@ class Badge(str, enum.Enum):
     """The validation badge the UI shows beside the final answer."""
 
     VALID = "VALID"
+    VALID_GIVEN_YOUR_STATEMENT = "VALID_GIVEN_YOUR_STATEMENT"
+    """Proved, but from a statement of the user's ("I am a gold member"), which nobody checked."""
     INVALID = "INVALID"
     SATISFIABLE = "SATISFIABLE"
     IMPOSSIBLE = "IMPOSSIBLE"
@@ -97,6 +99,8 @@ class Iteration:
     decision: dict[str, Any] | None = None
     search: dict[str, Any] | None = None
     premises_text: str = ""
+    given: list[str] = field(default_factory=list)
+    """The user's statements the VALID proof rests on (question sentences, clarification answers)."""
     generate_s: float = 0.0
     validate_s: float = 0.0
     solver_s: float = 0.0

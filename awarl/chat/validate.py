@@ -1,9 +1,14 @@
 """One validation of one answer: the automated-reasoning check plus the citation gates.
 
-Premises come from the question, the user's clarifications and the text of the passages the
-agent cited (a search agent's evidence); claims come from the answer, without its ``<answer>``
-tags and citation markers. Z3 objects are not thread-safe, so a `Validator` belongs to one
-worker: it loads its own copy of the policy, which owns its own ``z3.Context``.
+Premises come only from the question, the user's clarifications and the text of the passages the
+agent cited (a search agent's evidence): they are what the translator reads in that text alone.
+Everything the answer asserts is a claim — a premise-like phrase in the answer ("Since you are a
+gold member …", "X was born in Abro …") is checked, never assumed, so an answer cannot prove
+itself. A VALID result that rests on a statement of the user's ("I am a gold member") is
+reported with those statements (`Validation.given`), so the badge says "given your statement".
+Claims come from the answer, without its ``<answer>`` tags and citation markers. Z3 objects are
+not thread-safe, so a `Validator` belongs to one worker: it loads its own copy of the policy,
+which owns its own ``z3.Context``.
 """
 
 from __future__ import annotations
@@ -11,16 +16,17 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from awarl.chat.thread import Clarification
 from awarl.data.records import Passage
 from awarl.verify.citations import Correction, CitationGate, LexicalJudge, check_corrections, render_corrections
-from awarl.verify.findings import Finding, Result
+from awarl.verify.findings import Ambiguity, Finding, Result, Statement, Translation
 from awarl.verify.policy import Policy, load_policy
 from awarl.verify.reasoner import Reasoner, check
+from awarl.verify.translate import split_sentences
 
 _TAGS_RE = re.compile(r"</?answer>", re.I)
 _CITE_RE = re.compile(r"\s*\[[A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63}\]")
@@ -45,6 +51,59 @@ def premise_text(question: str, clarifications: Sequence[Clarification], evidenc
     parts += [c.answer.strip().rstrip(".") + "." for c in clarifications if not c.skipped and c.answer and c.answer.strip()]
     parts += [p.get("text", "").strip() for p in evidence if p.get("text")]
     return "\n".join(p for p in parts if p)
+
+
+def user_statements(question: str, clarifications: Sequence[Clarification]) -> str:
+    """What the user stated as fact: the question's declarative sentences (not what it asks) and the
+    answers to clarifying questions. A proof that uses one of them is valid *given your statement*.
+
+    >>> user_statements("I am a gold member. What discount do I get?", [])
+    'I am a gold member.'
+    """
+    parts = [s for s in split_sentences(question) if not s.rstrip().endswith("?")]
+    parts += [c.answer.strip() for c in clarifications if not c.skipped and c.answer and c.answer.strip()]
+    return "\n".join(parts)
+
+
+def _premises_of(items: Sequence[Translation | Ambiguity]) -> list[Statement]:
+    """The premises a translation of premise text (and no answer) found; of an ambiguous one, those
+    every reading agrees on."""
+    out: list[Statement] = []
+    for item in items:
+        if isinstance(item, Ambiguity):
+            readings = [{s.logic: s for t in opt for s in t.premises} for opt in item.options]
+            common = [s for logic, s in readings[0].items() if all(logic in r for r in readings[1:])] if readings else []
+        else:
+            common = list(item.premises)
+        out += [s for s in common if s.logic not in {x.logic for x in out}]
+    return out
+
+
+class PremisesFromSources:
+    """A translator whose premises are only those of the premise text: a premise the inner translator
+    read in the answer becomes one more claim of its statement, to be proved like the others."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    def translate(self, question: str, answer: str, policy: Policy) -> list[Translation | Ambiguity]:
+        items = self.inner.translate(question, answer, policy)
+        premises = _premises_of(self.inner.translate(question, "", policy)) if answer.strip() else _premises_of(items)
+        out: list[Translation | Ambiguity] = []
+        for item in items:
+            if isinstance(item, Ambiguity):
+                out.append(replace(item, options=[[self._sourced(t, premises) for t in opt] for opt in item.options]))
+            else:
+                out.append(self._sourced(item, premises))
+        return out
+
+    @staticmethod
+    def _sourced(t: Translation, premises: list[Statement]) -> Translation:
+        allowed = {s.logic for s in premises}
+        claims = list(t.claims)
+        claims += [s for s in t.premises if s.logic not in allowed and s.logic not in {c.logic for c in claims}]
+        return replace(t, premises=list(premises), claims=claims)
 
 
 class Corrections:
@@ -86,6 +145,8 @@ class Validation:
     claims: str
     seconds: float
     solver_seconds: float
+    given: list[str] = field(default_factory=list)
+    """The user's statements a VALID finding rests on (its premises read from them)."""
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -98,7 +159,7 @@ class Validator:
 
         self.policy: Policy = load_policy(policy_path)
         self.reasoner = Reasoner(self.policy, timeout_ms=timeout_ms)
-        self.translator = translator or PatternTranslator()
+        self.translator = PremisesFromSources(translator or PatternTranslator())
         self.corpus = corpus
         self.corrections = corrections or Corrections([])
         self.judge = LexicalJudge() if judge == "lexical" else judge
@@ -109,6 +170,7 @@ class Validator:
         premises = premise_text(question, clarifications, evidence)
         claims = claim_text(answer)
         findings = check(self.policy, premises, claims, self.translator, reasoner=self.reasoner)
+        given = self._given(question, clarifications, findings)
         solver = time.perf_counter() - started
         corrections = self.corrections.all()
         if self.corpus is not None:
@@ -116,4 +178,17 @@ class Validator:
             findings += gate.check(question, answer)
         else:  # no corpus: citations cannot be checked, known errors still can
             findings += [Finding(Result.INVALID, citation=i, detail=f"citation: {i.kind}") for i in check_corrections(answer, corrections)]
-        return Validation(findings, premises, claims, time.perf_counter() - started, solver)
+        return Validation(findings, premises, claims, time.perf_counter() - started, solver, given)
+
+    def _given(self, question: str, clarifications: Sequence[Clarification], findings: Sequence[Finding]) -> list[str]:
+        """The user's statements among the premises of the VALID findings, in their words."""
+        used = {s.logic for f in findings if f.result is Result.VALID and f.translation for s in f.translation.premises}
+        stated = user_statements(question, clarifications)
+        if not used or not stated:
+            return []
+        mine = [s for s in _premises_of(self.translator.inner.translate(stated, "", self.policy)) if s.logic in used]
+        sentences = stated.split("\n")
+        # The user's own sentence when the translation names the words it read there; else its reading.
+        out = [next((x for x in sentences if s.natural_language and s.natural_language in x), s.natural_language or s.logic)
+               for s in mine]
+        return list(dict.fromkeys(out))

@@ -70,20 +70,20 @@ def test_chat_thread_and_threads(client):
     r = client.post("/api/chat", json={"prompt": GOLD_80})
     assert r.status_code == 200 and set(r.json()) == {"thread_id", "status"}
     t = wait(client, r.json()["thread_id"])
-    assert t["status"] == "COMPLETED" and t["badge"] == "VALID" and t["final_response"] == "As a gold member you get 15% off."
-    assert t["warning"] is None and t["rewrites"] == 1
+    assert t["status"] == "COMPLETED" and t["badge"] == "VALID_GIVEN_YOUR_STATEMENT" and t["final_response"] == "As a gold member you get 15% off."
+    assert t["warning"].startswith("Valid given your statement: “I am a gold member") and t["rewrites"] == 1
     it = t["iterations"][1]
     assert {"type", "prompt", "answer", "findings", "decision", "result", "template"} <= set(it)
     assert it["type"] == "rewrite" and it["decision"]["kind"] == "REWRITE" and it["findings"][0]["result"] == "VALID"
     listed = client.get("/api/threads").json()["threads"]
-    assert [x["id"] for x in listed] == [t["id"]] and listed[0]["badge"] == "VALID"
+    assert [x["id"] for x in listed] == [t["id"]] and listed[0]["badge"] == "VALID_GIVEN_YOUR_STATEMENT"
     assert client.get("/api/threads", params={"status": "ERROR"}).json()["threads"] == []
 
 
 def test_given_answer_is_validated_without_generation(client):
     tid = client.post("/api/chat", json={"prompt": GOLD_80, "answer": "As a gold member you get 15% off."}).json()["thread_id"]
     t = wait(client, tid)
-    assert t["badge"] == "VALID" and [i["type"] for i in t["iterations"]] == ["given"]
+    assert t["badge"] == "VALID_GIVEN_YOUR_STATEMENT" and [i["type"] for i in t["iterations"]] == ["given"]
 
 
 def test_questions_round_trip_and_409_when_not_waiting(client):
@@ -94,7 +94,7 @@ def test_questions_round_trip_and_409_when_not_waiting(client):
     envelope(client.post(f"/api/thread/{tid}/answer", json={"answers": []}), 422, "no_answers")
     r = client.post(f"/api/thread/{tid}/answer", json={"answers": ["No, they are regular-priced."]})
     assert r.status_code == 200
-    assert wait(client, tid, ("COMPLETED", "ERROR"))["badge"] == "VALID"
+    assert wait(client, tid, ("COMPLETED", "ERROR"))["badge"] == "VALID_GIVEN_YOUR_STATEMENT"
     err = envelope(client.post(f"/api/thread/{tid}/answer", json={"skipped": True}), 409, "not_awaiting_input")
     assert err["details"] == {"status": "COMPLETED"}
 

@@ -104,7 +104,8 @@ def test_ask_see_badge_debug_proof_and_answer_a_question(server, tmp_path):
             expect(form).to_contain_text("Are the items regular-priced or on sale?", timeout=20000)
             form.locator("input").fill("They are regular-priced.")
             form.get_by_test_id("answer-submit").click()
-            expect(second.get_by_test_id("badge")).to_have_text("VALID", timeout=20000)
+            expect(second.get_by_test_id("badge")).to_have_text("VALID given your statement", timeout=20000)
+            expect(second.get_by_test_id("warning")).to_contain_text("gold member")
             expect(second.get_by_test_id("clarifications")).to_contain_text("They are regular-priced.")
             page.screenshot(path=str(shot), full_page=True)
 

@@ -85,7 +85,7 @@ def test_validation_retries_with_backoff_then_succeeds_or_ends_in_error():
     gen = ScriptedGenerator(lambda q, n: "<answer>As a gold member you get 15% off.</answer>", None)
     settings = LoopSettings(retries=3, backoff_s=0.01)
     ok = Loop(Validator(PRICING, translator=Flaky(2)), gen, Prompts(), settings).run(Thread.new(GOLD_80, generator="s"))
-    assert ok.badge.value == "VALID"
+    assert ok.badge.value == "VALID_GIVEN_YOUR_STATEMENT"
     down = Loop(Validator(PRICING, translator=Flaky(5)), gen, Prompts(), settings).run(Thread.new(GOLD_80, generator="s"))
     assert down.badge.value == "ERROR" and "validation of thread" in down.error and "after 3 attempt(s)" in down.error
 

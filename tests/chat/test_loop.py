@@ -32,7 +32,7 @@ def test_valid_first_answer_is_served_and_audited(make_manager):
     gen = ScriptedGenerator(answers("<answer>As a gold member you get 15% off.</answer>"), answers("unused"))
     m = make_manager(gen)
     t = m.wait(m.submit(GOLD_80).id)
-    assert (t["status"], t["exit"], t["badge"], t["rewrites"]) == ("COMPLETED", "VALID_RESPONSE", "VALID", 0)
+    assert (t["status"], t["exit"], t["badge"], t["rewrites"]) == ("COMPLETED", "VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT", 0)
     assert t["final_response"] == "As a gold member you get 15% off."
     assert [i["type"] for i in t["iterations"]] == ["initial"]
     [line] = audit_lines(m)
@@ -46,7 +46,7 @@ def test_invalid_is_rewritten_with_the_rule_in_words_then_valid(make_manager):
                             answers("**Decision:** REWRITE\n**Answer:** As a gold member you get 15% off."))
     m = make_manager(gen)
     t = m.wait(m.submit(GOLD_80).id)
-    assert (t["exit"], t["badge"], t["rewrites"]) == ("VALID_RESPONSE", "VALID", 1)
+    assert (t["exit"], t["badge"], t["rewrites"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT", 1)
     assert [(i["type"], i["result"], i["template"]) for i in t["iterations"]] == [
         ("initial", "INVALID", None), ("rewrite", "VALID", "rewrite_invalid")]
     [prompt] = kinds(gen, "rewrite")
@@ -97,7 +97,7 @@ def test_satisfiable_asks_and_the_users_answer_becomes_a_premise(make_manager):
     assert "is_sale_item" in prompt and "DECISION: ASK_QUESTIONS" in prompt  # the differing variable is shown
     m.answer(tid, ["They are regular-priced."], skipped=False)
     t = m.wait(tid)
-    assert (t["exit"], t["badge"], t["rewrites"]) == ("VALID_RESPONSE", "VALID", 1)
+    assert (t["exit"], t["badge"], t["rewrites"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT", 1)
     assert t["clarifications"] == [{"question": "Are the items regular-priced or on sale?",
                                     "answer": "They are regular-priced.", "skipped": False, "reason": "answered"}]
     assert t["iterations"][-1]["type"] == "revalidate"
@@ -113,7 +113,10 @@ def test_skipped_questions_lead_to_a_rewrite_with_assumptions(make_manager):
     assert m.wait(tid)["status"] == "AWAITING_INPUT"
     m.answer(tid, [], skipped=True)
     t = m.wait(tid)
-    assert (t["exit"], t["badge"], t["rewrites"]) == ("VALID_RESPONSE", "VALID", 2)
+    # The assumption the answer states ("regular-priced") is one of its claims, never a premise, so
+    # nothing proves it: the thread ends unproved after its rewrites instead of VALID.
+    assert (t["exit"], t["badge"], t["rewrites"]) == ("MAX_ITERATIONS_REACHED", "INVALID", 3)
+    assert t["iterations"][-1]["result"] == "SATISFIABLE"
     assert t["clarifications"][0]["skipped"] and t["clarifications"][0]["reason"] == "skipped"
     second = kinds(gen, "rewrite")[1]
     assert "(skipped;" in second and "DECISION: ASK_QUESTIONS" not in second  # one round of questions only
@@ -249,7 +252,7 @@ def test_translation_ambiguous_uses_its_template_with_the_readings(tmp_path):
     assert t.iterations[1].template == "rewrite_translation_ambiguous"
     prompt = kinds(gen, "rewrite")[0]
     assert "reading 1" in prompt and "discount_percent" in prompt
-    assert t.badge.value == "VALID" and t.rewrites == 1
+    assert t.badge.value == "VALID_GIVEN_YOUR_STATEMENT" and t.rewrites == 1
 
 
 def test_a_bedrock_policy_json_is_served(make_manager, tmp_path):
@@ -274,7 +277,7 @@ def test_a_reply_without_a_final_answer_is_never_checked_or_served(make_manager)
     gen = ScriptedGenerator(answers(None, "<answer>As a gold member you get 15% off.</answer>"), None, decisions=False)
     m = make_manager(gen)
     t = m.wait(m.submit(GOLD_80).id)
-    assert (t["exit"], t["badge"], t["rewrites"]) == ("VALID_RESPONSE", "VALID", 1)
+    assert (t["exit"], t["badge"], t["rewrites"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT", 1)
     assert [(i["type"], i["result"]) for i in t["iterations"]] == [("initial", None), ("resample", "VALID")]
     assert "had no final answer" in t["iterations"][1]["prompt"]
 

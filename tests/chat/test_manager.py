@@ -43,7 +43,7 @@ def test_fifty_threads_submitted_at_once_all_complete_none_lost_or_mixed(make_ma
     assert len(set(ids)) == 50
     done = [m.wait(tid, timeout=120) for tid in ids]
     for k, t in enumerate(done):
-        assert t["status"] == "COMPLETED" and t["badge"] == "VALID", t
+        assert t["status"] == "COMPLETED" and t["badge"] == "VALID_GIVEN_YOUR_STATEMENT", t
         assert t["prompt"] == prompts[k] and t["final_response"] == f"Order #{k}: as a gold member you get 15% off."
         assert t["rewrites"] == (1 if k % 2 else 0)
     assert m.store.count_threads() == {"COMPLETED": 50}
@@ -60,7 +60,7 @@ def test_crashed_processing_threads_are_resumed_and_audited(tmp_path, make_manag
     gen = ScriptedGenerator(lambda q, n: "<answer>As a gold member you get 15% off.</answer>", None)
     m = make_manager(gen)
     t = m.wait(left.id)
-    assert t["status"] == "COMPLETED" and t["badge"] == "VALID"
+    assert t["status"] == "COMPLETED" and t["badge"] == "VALID_GIVEN_YOUR_STATEMENT"
     assert any(e["event"] == "resumed after a restart" for e in t["events"])
     events = [json.loads(x)["event"] for x in m.audit.path.read_text().splitlines()]
     assert events == ["RESUMED", "EXIT"]
@@ -143,7 +143,7 @@ def test_threads_survive_a_restart_in_a_real_second_process(tmp_path):
         assert client.get(f"/api/thread/{tid}").json()["thread"] == before  # nothing lost, nothing changed
         assert client.get("/api/config").json()["max_iterations"] == 5  # runtime config persisted too
         tid2 = client.post("/api/chat", json={"prompt": GOLD_80, "answer": "As a gold member you get 15% off."}).json()["thread_id"]
-        assert _done(client, tid2)["badge"] == "VALID"
+        assert _done(client, tid2)["badge"] == "VALID_GIVEN_YOUR_STATEMENT"
         assert [t["id"] for t in client.get("/api/threads").json()["threads"]] == [tid2, tid]
     finally:
         _stop(second)

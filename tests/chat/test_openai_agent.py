@@ -105,7 +105,7 @@ def test_llm_translator_from_the_chat_config(make_manager, servers):
     server = servers(lambda body: {"role": "assistant", "content": json.dumps(translation)})
     m = make_manager(None, translator="llm", llm_url=server.url, llm_model="agent", llm_samples=3)
     t = m.wait(m.submit(GOLD_80, "As a gold member you get 15% off.").id, timeout=60)
-    assert t["badge"] == "VALID", t
+    assert t["badge"] == "VALID_GIVEN_YOUR_STATEMENT", t
     finding = t["iterations"][0]["findings"][0]
     assert finding["translation"]["confidence"] == 1.0 and finding["supporting_rules"] == ["gold_discount"]
     assert server.requests and server.requests[0]["n"] == 3  # N samples in one request

@@ -122,19 +122,20 @@ function render(t) {
     el("button", {class: "secondary debug-toggle", "data-testid": "debug-toggle",
                   onclick: () => { open.has(t.id) ? open.delete(t.id) : open.add(t.id); render(t); }},
        open.has(t.id) ? "Hide debug" : "Debug"));
-  if (t.badge === "VALID" || t.badge === "PARTLY_VALIDATED") {
+  const proved = ["VALID", "VALID_GIVEN_YOUR_STATEMENT", "PARTLY_VALIDATED"].includes(t.badge);
+  if (proved) {
     actions.append(el("button", {class: "secondary proof-toggle", "data-testid": "proof-toggle",
                                  onclick: () => { const p = box.querySelector(".proof"); p.classList.toggle("hidden"); }}, "Proof"));
   }
   parts.push(actions);
-  if (t.badge === "VALID" || t.badge === "PARTLY_VALIDATED") parts.push(proof(t));
+  if (proved) parts.push(proof(t));
   if (open.has(t.id)) parts.push(debugPanel(t));
   box.replaceChildren(...parts);
 }
 
 function badgeText(t) {
   return {INVALID: "INVALID after max rewrites", PARTLY_VALIDATED: "PARTLY VALIDATED",
-          NOT_VALIDATED: "NOT VALIDATED"}[t.badge] || t.badge;
+          NOT_VALIDATED: "NOT VALIDATED", VALID_GIVEN_YOUR_STATEMENT: "VALID given your statement"}[t.badge] || t.badge;
 }
 
 function questionForm(t) {
