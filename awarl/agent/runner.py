@@ -20,10 +20,16 @@ the same loop sends message lists and tool schemas instead; token counts come fr
 
 Conversations run in a rolling pool of ``max_concurrent``: every generation step batches one turn
 of every active conversation, and finished ones are replaced from the queue at once.
+
+Sampling is seeded per rollout: rollout ``sample`` of record ``id`` in a run with seed ``seed``
+draws from streams that depend only on ``(seed, id, sample)`` (`rollout_seed`; one stream per turn,
+`turn_seed`), never on its place in the batch, its chunk or what else runs. The environment's
+``reset`` receives the same number as ``rollout_seed`` (for anything random on the tool's side).
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import re
 import time
@@ -58,7 +64,8 @@ class RunnerConfig:
     max_concurrent: int = 64
     """Conversations in flight at once; each generation step batches one turn of each."""
     seed: int | None = None
-    """Sampling seed (backends that support one)."""
+    """Run seed: each rollout samples from its own stream derived from (seed, record id, sample); None
+    leaves the backend's random state alone."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra chat-template variables, as GRPOConfig's ``chat_template_kwargs`` (e.g. ``enable_thinking``)."""
 
@@ -70,9 +77,26 @@ class RunnerConfig:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
 
-    def sampling(self, max_new_tokens: int) -> SamplingParams:
+    def sampling(self, max_new_tokens: int, seeds: Sequence[int] | None = None) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=max_new_tokens,
-                              seed=self.seed)
+                              seed=self.seed, seeds=None if seeds is None else tuple(seeds))
+
+
+def rollout_seed(seed: int, record_id: str, sample: int) -> int:
+    """The seed of one rollout: a 63-bit hash of (run seed, record id, sample), so the same rollout gets
+    the same stream in every batch, chunk, shard and resumed run.
+
+    >>> rollout_seed(0, "q1", 0) == rollout_seed(0, "q1", 0) != rollout_seed(0, "q1", 1)
+    True
+    """
+    digest = hashlib.blake2b(f"{seed}\x1f{record_id}\x1f{sample}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def turn_seed(rollout: int, turn: int) -> int:
+    """The seed of turn ``turn`` (0 = the first generation) of a rollout whose seed is ``rollout``."""
+    digest = hashlib.blake2b(f"{rollout}\x1f{turn}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 @dataclass
@@ -81,6 +105,10 @@ class Rollout:
 
     record: QARecord
     sample: int = 0
+
+    def seed(self, run_seed: int | None) -> int | None:
+        """This rollout's seed in a run seeded with ``run_seed`` (None: unseeded)."""
+        return None if run_seed is None else rollout_seed(run_seed, self.record.id, self.sample)
 
 
 @dataclass
@@ -228,6 +256,7 @@ class _Conversation:
     tools: list[Callable]
     prompt_messages: list[dict[str, Any]]
     started: float
+    seed: int | None = None
     prompt_ids: list[int] = field(default_factory=list)
     completion_ids: list[int] = field(default_factory=list)
     tool_mask: list[int] = field(default_factory=list)
@@ -291,10 +320,11 @@ class Runner:
     def _start(self, rollout: Rollout) -> _Conversation:
         env = self._pool.pop() if self._pool else self.env_factory()
         messages = build_messages(rollout.record.question, self.config.rollout.prompt)
-        observation = env.reset(**{**rollout.record.to_dict(), "prompt": messages})
+        seed = rollout.seed(self.config.seed)
+        observation = env.reset(**{**rollout.record.to_dict(), "prompt": messages, "rollout_seed": seed})
         if isinstance(observation, str):  # TRL appends a reset() string to the last user message
             messages = messages[:-1] + [{**messages[-1], "content": messages[-1]["content"] + observation}]
-        conv = _Conversation(rollout, env, env_tools(env), messages, started=time.perf_counter())
+        conv = _Conversation(rollout, env, env_tools(env), messages, started=time.perf_counter(), seed=seed)
         if self.template is not None:
             conv.prompt_ids = self.template.prompt_ids(messages, conv.tools)
             conv.prompt_tokens = len(conv.prompt_ids)
@@ -313,7 +343,8 @@ class Runner:
             schemas = [_tool_schemas(c.tools) for c in convs]
             prompts = [ChatPrompt(c.prompt_messages + c.messages, s) for c, s in zip(convs, schemas)]
         room = max(budget - self._used(c) for c in convs)
-        gens = self.backend.generate(prompts, self.config.sampling(max(1, room)))
+        seeds = None if self.config.seed is None else [turn_seed(c.seed, len(c.turns)) for c in convs]
+        gens = self.backend.generate(prompts, self.config.sampling(max(1, room), seeds))
         for conv, prompt, gen in zip(convs, prompts, gens):
             self._take_turn(conv, prompt, gen)
 

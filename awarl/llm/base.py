@@ -22,12 +22,18 @@ class BackendError(RuntimeError):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample one turn. ``temperature == 0`` means greedy decoding."""
+    """How to sample one turn. ``temperature == 0`` means greedy decoding.
+
+    ``seed`` seeds the backend once for a whole batch; ``seeds`` (one per prompt, in prompt order)
+    gives each prompt a random stream of its own, so a prompt samples the same tokens whatever else
+    is in the batch (the runner derives them per rollout and turn: `awarl.agent.runner.rollout_seed`).
+    """
 
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 512
     seed: int | None = None
+    seeds: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -40,6 +46,13 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def for_prompt(self, i: int) -> "SamplingParams":
+        """The parameters of prompt ``i`` alone: its own seed when ``seeds`` are given (for backends
+        that take one seed per request)."""
+        if self.seeds is None:
+            return self
+        return SamplingParams(self.temperature, self.top_p, self.max_new_tokens, seed=self.seeds[i])
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,11 @@
 Prompts are token ids. Each row is cut after its first end-of-turn token (``<|im_end|>`` for
 Qwen), the same rule TRL's GRPOTrainer applies, so a rollout here and a rollout in training see
 the same tokens.
+
+Sampling with per-prompt seeds (``SamplingParams.seeds``) draws each row's tokens from a
+``torch.Generator`` of its own: one uniform number per row and step, turned into a token by the
+inverse of the row's distribution (after the usual temperature and top-p warpers). A row's tokens
+then depend only on its seed and its logits, never on its place in the batch or on the other rows.
 """
 
 from __future__ import annotations
@@ -61,7 +66,9 @@ class HFGenerator:
         """One completion per token-id prompt, in input order."""
         import torch
 
-        if params.seed is not None and params.seed != self._seed:
+        if params.seeds is not None and len(params.seeds) != len(prompts):
+            raise ValueError(f"{len(params.seeds)} seeds for {len(prompts)} prompts")
+        if params.seeds is None and params.seed is not None and params.seed != self._seed:
             torch.manual_seed(params.seed)  # seeded once per seed value, so later turns keep drawing fresh samples
             self._seed = params.seed
         out: list[Generation | None] = [None] * len(prompts)
@@ -69,23 +76,28 @@ class HFGenerator:
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            for i, gen in zip(chunk, self._generate_batch([prompts[i] for i in chunk], params)):
+            seeds = None if params.seeds is None else [params.seeds[i] for i in chunk]
+            for i, gen in zip(chunk, self._generate_batch([prompts[i] for i in chunk], params, seeds)):
                 out[i] = gen
         return [g for g in out if g is not None]
 
-    def _generate_batch(self, prompts: list[Sequence[int]], params: SamplingParams) -> list[Generation]:
+    def _generate_batch(self, prompts: list[Sequence[int]], params: SamplingParams,
+                        seeds: list[int] | None) -> list[Generation]:
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        sampling: dict[str, Any] = (
-            {"do_sample": False}
-            if params.greedy
-            else {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
-        )
+        processors = LogitsProcessorList()
+        if params.greedy:
+            sampling: dict[str, Any] = {"do_sample": False}
+        elif seeds is not None:  # each row samples in _RowSampler; generate then takes the one token it left
+            sampling = {"do_sample": False}
+            processors.append(_RowSampler(seeds, params.temperature, params.top_p))
+        else:
+            sampling = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
         config = GenerationConfig(
             max_new_tokens=params.max_new_tokens,
             pad_token_id=pad,
@@ -96,7 +108,8 @@ class HFGenerator:
             **sampling,
         )
         with torch.inference_mode():
-            seqs = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
+            seqs = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
+                                       logits_processor=processors)
         gens = []
         for row, prompt in zip(seqs[:, width:].tolist(), prompts):
             ids, stopped = cut_at_eos(row, self.eos_token_ids)
@@ -111,6 +124,34 @@ class HFGenerator:
 
     def close(self) -> None:
         self.model = None
+
+
+class _RowSampler:
+    """A logits processor that samples every row from its own seeded stream and leaves only the drawn
+    token (every other score ``-inf``), so greedy decoding takes exactly that token.
+
+    The warpers are transformers' own (temperature, then top-p with top-k off, as ``do_sample``
+    applies them); each step draws one uniform number per row, so the n-th token of a row always
+    uses the n-th number of its stream."""
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float) -> None:
+        import torch
+        from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.warpers = [TemperatureLogitsWarper(temperature)] + ([TopPLogitsWarper(top_p)] if top_p < 1.0 else [])
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for warper in self.warpers:
+            scores = warper(input_ids, scores)
+        cdf = torch.softmax(scores.float(), dim=-1).cumsum(dim=-1)
+        u = torch.cat([torch.rand(1, generator=g) for g in self.generators]).to(cdf.device)
+        # The first token whose cumulative probability exceeds u (a token of probability 0 is never drawn).
+        drawn = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True).clamp(max=cdf.shape[1] - 1)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(1, drawn, 0.0)
 
 
 def resolve_device(device: str) -> Any:

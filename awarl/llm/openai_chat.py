@@ -113,9 +113,9 @@ class OpenAIChatGenerator:
     def generate(self, prompts: Sequence[ChatPrompt], params: SamplingParams) -> list[Generation]:
         """One assistant turn per conversation, requests running concurrently, results in input order."""
         if len(prompts) <= 1 or self.concurrency == 1:
-            return [self._complete(p, params) for p in prompts]
+            return [self._complete(p, params.for_prompt(i)) for i, p in enumerate(prompts)]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
-            return list(pool.map(lambda p: self._complete(p, params), prompts))
+            return list(pool.map(lambda i: self._complete(prompts[i], params.for_prompt(i)), range(len(prompts))))
 
     def sample(self, prompt: ChatPrompt, params: SamplingParams, n: int = 1) -> list[Generation]:
         """``n`` assistant turns for one conversation, asked for in one request (``"n"`` in the

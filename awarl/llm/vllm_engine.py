@@ -34,8 +34,9 @@ class VLLMGenerator:
         gpu_memory_utilization: share of GPU memory vLLM may take.
         max_model_len: context length cap (None: the model's own).
         dtype: ``"auto"``, ``"bfloat16"``, ``"float16"`` …
-        seed: engine seed. Per-request seeds are deliberately not used: K rollouts of one prompt with
-            the same request seed would be K copies of one sample.
+        seed: engine seed, for calls without per-prompt seeds. With ``SamplingParams.seeds`` each request
+            carries its own seed (vLLM gives it a generator of its own), so a rollout samples the same
+            tokens in any batch; the runner derives a different one for each of a query's K rollouts.
     """
 
     accepts: Literal["tokens"] = "tokens"
@@ -81,16 +82,21 @@ class VLLMGenerator:
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         """One completion per token-id prompt, in input order (vLLM batches them internally)."""
-        sampling = self._vllm.SamplingParams(
-            n=1,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_new_tokens,
-            stop_token_ids=self.eos_token_ids,
-            skip_special_tokens=True,
-        )
+        def sampling(seed: int | None) -> Any:
+            return self._vllm.SamplingParams(
+                n=1,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_new_tokens,
+                stop_token_ids=self.eos_token_ids,
+                skip_special_tokens=True,
+                seed=seed,
+            )
+
+        sampling_params = (sampling(None) if params.seeds is None
+                           else [sampling(params.for_prompt(i).seed) for i in range(len(prompts))])
         requests = [{"prompt_token_ids": list(p)} for p in prompts]  # vllm.inputs.TokensPrompt is a TypedDict
-        outputs = self.llm.generate(requests, sampling_params=sampling, use_tqdm=False)
+        outputs = self.llm.generate(requests, sampling_params=sampling_params, use_tqdm=False)
         return [self._to_generation(out, len(p)) for out, p in zip(outputs, prompts)]
 
     def _to_generation(self, request_output: Any, prompt_len: int) -> Generation:

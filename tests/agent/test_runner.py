@@ -71,6 +71,34 @@ def test_batched_runner_equals_one_conversation_at_a_time(world, backend):
     assert [t.completion_ids for t in batched] == [t.completion_ids for t in single]
 
 
+def test_sampled_rollouts_depend_only_on_seed_record_and_sample(world, backend):
+    """Rollout k of a record samples the same conversation in a batch, alone or in another order; the
+    environment receives its seed."""
+    from awarl.agent.env import SearchEnv
+    from awarl.agent.runner import rollout_seed
+
+    records, index = world
+    seen: list[tuple[str, int]] = []
+
+    class Recording(SearchEnv):
+        def reset(self, **row):
+            seen.append((row["id"], row["rollout_seed"]))
+            return super().reset(**row)
+
+    settings = RolloutSettings(scope="closed", topk=3, passage_words=20, max_searches=2, max_completion_tokens=384)
+    config = dict(rollout=settings, temperature=1.0, seed=5)
+    rollouts = [Rollout(r, s) for r in records[4:6] for s in range(2)]
+    env = lambda: Recording(index, settings)  # noqa: E731 (a zero-argument factory, as TRL takes)
+    batched = Runner(backend, env, RunnerConfig(max_concurrent=8, **config)).run(rollouts)
+    alone = [Runner(backend, env, RunnerConfig(max_concurrent=1, **config)).run([r])[0] for r in rollouts]
+    reversed_ = Runner(backend, env, RunnerConfig(max_concurrent=3, **config)).run(rollouts[::-1])[::-1]
+    assert [t.completion_ids for t in batched] == [t.completion_ids for t in alone] == [t.completion_ids for t in reversed_]
+    assert batched[0].completion_ids != batched[1].completion_ids  # the K samples of one record differ
+    other = Runner(backend, env, RunnerConfig(max_concurrent=8, **{**config, "seed": 6})).run(rollouts)
+    assert [t.completion_ids for t in other] != [t.completion_ids for t in batched]
+    assert seen[:4] == [(r.record.id, rollout_seed(5, r.record.id, r.sample)) for r in rollouts]
+
+
 def test_token_budget_rolls_back_an_overflowing_tool_result(world, backend):
     records, index = world
     env = search_env_factory(index, RolloutSettings(scope="closed", topk=3, passage_words=None))
