@@ -52,8 +52,10 @@ class ConfigRequest(BaseModel):
 
 class ReviewRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    verdict: str = Field(..., description="approve or reject.")
-    correction: str | None = Field(None, description="A correction to add to the corrections list.")
+    verdict: str = Field(..., description="approve, or reject (marks the review's sentence wrong).")
+    correction: str | None = Field(None, description="A note for the corrections list (quoted to the model as data).")
+    override: bool = Field(False, description="Mark the sentence wrong even though the corpus supports it (needs a reason).")
+    reason: str | None = Field(None, description="Why the override is right; audited with the decision.")
 
 
 def _error(status: int, code: str, message: str, details: Any = None) -> JSONResponse:
@@ -153,11 +155,11 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
 
     @app.post("/api/reviews/{review_id}", summary="Decide a review; a correction joins the corrections list")
     def decide(review_id: int, body: ReviewRequest) -> dict[str, Any]:
-        return {"review": manager.decide(review_id, body.verdict, body.correction)}
+        return {"review": manager.decide(review_id, body.verdict, body.correction, override=body.override, reason=body.reason)}
 
     @app.get("/api/corrections", summary="The corrections list injected into prompts")
     def corrections() -> dict[str, Any]:
-        return {"corrections": [{"id": c.id, "correction": c.correction, "source": c.source} for c in manager.corrections.all()]}
+        return {"corrections": manager.corrections.records()}
 
     @app.get("/api/health", summary="Liveness, mode and thread counts")
     def health() -> dict[str, Any]:

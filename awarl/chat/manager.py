@@ -121,6 +121,8 @@ class ThreadManager:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._versions: dict[str, str] = {}
+        self._api_validators: dict[str, Validator] = {}
+        self._api_lock = threading.Lock()
         runtime = self.store.setting("config") or {}
         self.runtime = {
             "generator": runtime.get("generator", settings.generator),
@@ -295,20 +297,66 @@ class ThreadManager:
             raise ChatError(422, "bad_status", f"status must be pending or decided, got {status!r}")
         return [r.to_dict() for r in self.store.reviews(status)]
 
-    def decide(self, review_id: int, verdict: str, correction: str | None) -> dict[str, Any]:
+    def decide(self, review_id: int, verdict: str, correction: str | None, *, reviewer: str | None = None,
+               override: bool = False, reason: str | None = None) -> dict[str, Any]:
+        """A reviewer's decision. ``reject`` marks the review's sentence wrong: from then on the citation
+        gate flags an answer repeating it, and prompts quote it as marked wrong. Marking wrong a sentence
+        the corpus supports (the checker proves it from its passages, or the support judge says YES)
+        needs ``override`` and a ``reason``. Every decision is audited with the reviewer's name."""
         if verdict not in ("approve", "reject"):
             raise ChatError(422, "bad_verdict", f"verdict must be approve or reject, got {verdict!r}")
         review = self.store.review(review_id)
         if review is None:
             raise ChatError(404, "review_not_found", f"no review {review_id}")
-        correction = correction.strip() if correction and correction.strip() else None
-        sentence = review.data.get("sentence") or ""
-        # A rejected sentence with a correction becomes a known error: repeating it is flagged.
-        error = re.escape(sentence) if verdict == "reject" and correction and len(sentence) >= 8 else None
+        if review.status != "pending":
+            raise ChatError(409, "review_decided", f"review {review_id} was already decided")
+        note = correction.strip() if correction and correction.strip() else None
+        reason = reason.strip() if reason and reason.strip() else None
+        if override and not reason:
+            raise ChatError(422, "override_needs_reason", "override: true needs a reason (why the corpus is wrong here)")
+        sentence = display_sentence(review.data.get("sentence") or "")
+        marked = sentence if verdict == "reject" and len(sentence) >= 8 else None
+        support = self._support(review) if marked else None
+        if support and not override:
+            raise ChatError(409, "sentence_supported",
+                            f"the corpus supports {sentence!r} ({support}); to mark it wrong anyway send override: true "
+                            "and a reason", {"sentence": sentence, "support": support})
+        error = re.escape(marked) if marked else None
         try:
-            return self.store.decide_review(review_id, verdict, correction, error).to_dict()
+            decided = self.store.decide_review(review_id, verdict, note, sentence=marked, error=error, reviewer=reviewer,
+                                               override=override, reason=reason)
         except StoreError as exc:
             raise ChatError(409, "review_decided", str(exc)) from None
+        self.audit.append({"event": "REVIEW_DECIDED", "review_id": review_id, "thread_id": review.thread_id,
+                           "reviewer": reviewer, "verdict": verdict, "sentence_marked_wrong": marked, "note": note,
+                           "supported_by_corpus": support, "override": override, "reason": reason})
+        return decided.to_dict()
+
+    def _support(self, review: Any) -> str | None:
+        """Why the corpus supports the review's sentence, or None: the checker proves it from the passages
+        it cites (VALID, nothing INVALID), or the support judge says YES for them."""
+        from awarl.verify.citations import Verdict
+
+        thread = self.store.load_thread(review.thread_id) if review.thread_id else None
+        ids = list(review.data.get("passage_ids") or []) or [p["id"] for p in (thread.cited if thread else [])]
+        evidence = [{"id": i, "title": self.corpus[i].title, "text": self.corpus[i].text} for i in ids if self.corpus and i in self.corpus]
+        if not evidence:
+            return None
+        sentence = review.data.get("sentence") or ""
+        question = review.data.get("question") or (thread.prompt if thread else "")
+        policy = thread.policy if thread and thread.policy in self.settings.policies else self.runtime["policy"]
+        with self._api_lock:  # one validator per policy for the API side, used by one request at a time
+            if policy not in self._api_validators:
+                self._api_validators[policy] = self._validator(policy)
+            v = self._api_validators[policy]
+            cites = " ".join(f"[{p['id']}]" for p in evidence)
+            found = v.validate(question, thread.clarifications if thread else [], f"{sentence} {cites}", evidence).findings
+            if any(f.result.value == "VALID" for f in found) and not any(f.result.value == "INVALID" for f in found):
+                return "the checker proves it from passages " + ", ".join(p["id"] for p in evidence)
+            passages = [self.corpus[p["id"]] for p in evidence]
+            if v.judge is not None and v.judge.judge(sentence, passages, question) is Verdict.YES:
+                return "the support judge says YES for passages " + ", ".join(p["id"] for p in evidence)
+        return None
 
     # -- workers -----------------------------------------------------------------------------------
     def _lock_for(self, thread_id: str) -> threading.Lock:
@@ -475,6 +523,13 @@ class ThreadManager:
 
             self._retriever = open_retriever(spec)
         return self._retriever
+
+
+def display_sentence(text: str) -> str:
+    """A sentence as a reviewer saw it: no ``<answer>`` tags, no citation markers."""
+    from awarl.chat.validate import claim_text
+
+    return claim_text(text)
 
 
 def audit_record(t: Thread) -> dict[str, Any]:

@@ -27,13 +27,19 @@ CREATE INDEX IF NOT EXISTS threads_status ON threads(status);
 CREATE INDEX IF NOT EXISTS threads_created ON threads(created);
 CREATE TABLE IF NOT EXISTS reviews (
     id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT, reason TEXT NOT NULL, status TEXT NOT NULL,
-    data TEXT NOT NULL, verdict TEXT, correction TEXT, created REAL NOT NULL, decided REAL);
+    data TEXT NOT NULL, verdict TEXT, correction TEXT, created REAL NOT NULL, decided REAL, reviewer TEXT);
 CREATE TABLE IF NOT EXISTS corrections (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, text TEXT NOT NULL, error TEXT, review_id INTEGER, created REAL NOT NULL);
+    id INTEGER PRIMARY KEY AUTOINCREMENT, text TEXT NOT NULL, error TEXT, review_id INTEGER, created REAL NOT NULL,
+    sentence TEXT, reviewer TEXT, thread_id TEXT, override INTEGER NOT NULL DEFAULT 0, reason TEXT);
 CREATE TABLE IF NOT EXISTS audit_head (
     log TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+
+_ADDED_COLUMNS = (("reviews", "reviewer", "TEXT"), ("corrections", "sentence", "TEXT"), ("corrections", "reviewer", "TEXT"),
+                  ("corrections", "thread_id", "TEXT"), ("corrections", "override", "INTEGER NOT NULL DEFAULT 0"),
+                  ("corrections", "reason", "TEXT"))
 
 
 class StoreError(RuntimeError):
@@ -51,6 +57,7 @@ class Review:
     correction: str | None
     created: float
     decided: float | None
+    reviewer: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__}
@@ -69,6 +76,14 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            self._add_columns()
+
+    def _add_columns(self) -> None:
+        """Columns a database made by an earlier schema lacks (CREATE TABLE IF NOT EXISTS keeps its tables)."""
+        for table, column, decl in _ADDED_COLUMNS:
+            have = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     def _reader(self) -> sqlite3.Connection:
         """A read-only connection of the calling thread: API reads run beside the workers' writes
@@ -173,22 +188,26 @@ class Store:
     @staticmethod
     def _review(r: sqlite3.Row) -> Review:
         return Review(r["id"], r["thread_id"], r["reason"], r["status"], json.loads(r["data"]), r["verdict"],
-                      r["correction"], r["created"], r["decided"])
+                      r["correction"], r["created"], r["decided"], r["reviewer"])
 
-    def decide_review(self, review_id: int, verdict: str, correction: str | None, error: str | None) -> Review:
-        """Record a reviewer's verdict; a correction joins the corrections list in the same transaction."""
+    def decide_review(self, review_id: int, verdict: str, note: str | None, *, sentence: str | None = None,
+                      error: str | None = None, reviewer: str | None = None, override: bool = False,
+                      reason: str | None = None) -> Review:
+        """Record a reviewer's verdict. A sentence marked wrong (``sentence``, with its ``error`` pattern)
+        or a note joins the corrections list in the same transaction, with the reviewer and the thread."""
         with self.transaction() as db:
-            row = db.execute("SELECT status FROM reviews WHERE id=?", (review_id,)).fetchone()
+            row = db.execute("SELECT status, thread_id FROM reviews WHERE id=?", (review_id,)).fetchone()
             if row is None:
                 raise StoreError(f"review {review_id} does not exist")
             if row["status"] != "pending":
                 raise StoreError(f"review {review_id} was already decided")
             now = time.time()
-            db.execute("UPDATE reviews SET status='decided', verdict=?, correction=?, decided=? WHERE id=?",
-                       (verdict, correction, now, review_id))
-            if correction:
-                db.execute("INSERT INTO corrections(text, error, review_id, created) VALUES (?,?,?,?)",
-                           (correction, error, review_id, now))
+            db.execute("UPDATE reviews SET status='decided', verdict=?, correction=?, decided=?, reviewer=? WHERE id=?",
+                       (verdict, note, now, reviewer, review_id))
+            if sentence or note:
+                db.execute("INSERT INTO corrections(text, error, review_id, created, sentence, reviewer, thread_id, override, "
+                           "reason) VALUES (?,?,?,?,?,?,?,?,?)",
+                           (note or "", error, review_id, now, sentence, reviewer, row["thread_id"], int(override), reason))
         review = self.review(review_id)
         assert review is not None
         return review
