@@ -46,9 +46,12 @@ def serve(
     import uvicorn
 
     from awarl.chat.app import create_app
+    from awarl.chat.store import DatabaseInUse
 
     try:  # bad corrections or prompt files, an unwritable database: an error line, not a traceback
         app = create_app(settings)
+    except DatabaseInUse as exc:  # another server holds the database: nothing was recovered or served
+        fail(exc, 1)
     except (ValueError, OSError, sqlite3.Error) as exc:
         fail(exc, 2)
     if settings.host not in ("127.0.0.1", "localhost", "::1"):

@@ -29,7 +29,7 @@ from awarl.chat.config import ChatSettings
 from awarl.chat.generate import AgentGenerator, ChatGenerator, GeneratorDown, rollout_of
 from awarl.chat.loop import Loop, LoopSettings
 from awarl.chat.prompts import Prompts
-from awarl.chat.store import Store, StoreError
+from awarl.chat.store import ServerLock, Store, StoreError
 from awarl.chat.thread import TERMINAL, Clarification, Exit, Iteration, State, Status, Thread
 from awarl.chat.validate import Corrections, Validator
 
@@ -97,9 +97,20 @@ class ReviewSink:
 
 class ThreadManager:
     def __init__(self, settings: ChatSettings, *, generators: Mapping[str, ChatGenerator] | None = None):
+        self.settings = settings
+        self.lock = ServerLock(settings.db).acquire()  # before the database is opened or recovered
+        try:
+            self._open(generators)
+        except BaseException:
+            if hasattr(self, "store"):
+                self.store.close()
+            self.lock.release()
+            raise
+
+    def _open(self, generators: Mapping[str, ChatGenerator] | None) -> None:
         from awarl.verify.citations import load_corrections
 
-        self.settings = settings
+        settings = self.settings
         self.store = Store(settings.db)
         secret = os.environ.get(settings.audit_secret_env) if settings.audit_secret_env else None
         self.audit = AuditLog(settings.audit, self.store, secret.encode("utf-8") if secret else None)
@@ -154,6 +165,7 @@ class ThreadManager:
             if hasattr(gen, "close"):
                 gen.close()
         self.store.close()
+        self.lock.release()
 
     # -- API operations ----------------------------------------------------------------------------
     @property

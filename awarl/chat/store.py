@@ -7,7 +7,10 @@ workers' writes; one connection per store guarded by a lock keeps sqlite3's thre
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -44,6 +47,47 @@ _ADDED_COLUMNS = (("reviews", "reviewer", "TEXT"), ("corrections", "sentence", "
 
 class StoreError(RuntimeError):
     """A store operation that cannot be done (unknown id, bad state); the message says which."""
+
+
+class DatabaseInUse(StoreError):
+    """Another chat server holds this database; the message names it (pid, host, since when)."""
+
+
+class ServerLock:
+    """One server per database: an exclusive ``flock`` on ``<db>.lock``, held for the server's life.
+
+    Taken before the database is opened, so a second server (even one whose port turns out to be
+    busy) never recovers, re-runs or audits the first one's threads. The file says who holds it;
+    the lock itself is the kernel's, so it dies with the process that held it (``kill -9`` too).
+    """
+
+    def __init__(self, db: str | Path):
+        self.path = Path(f"{db}.lock")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = None
+
+    def acquire(self) -> "ServerLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "a process that wrote no pid"
+            os.close(fd)
+            db = str(self.path)[: -len(".lock")]
+            raise DatabaseInUse(f"{db} is in use by another awarl chat server ({holder}); one server per database: "
+                                "stop it, or give this one another --db") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
+        os.fsync(fd)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
 
 
 @dataclass

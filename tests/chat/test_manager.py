@@ -151,3 +151,41 @@ def test_threads_survive_a_restart_in_a_real_second_process(tmp_path):
                          cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and "2 line(s), 0 problem(s); checked against the head" in out.stdout
     assert "Validate-only mode" in (tmp_path / "first.log").read_text()  # the log says how it serves
+
+
+def test_a_second_manager_on_the_same_database_is_refused_before_recovery(tmp_path, make_manager):
+    from awarl.chat.config import ChatSettings
+    from awarl.chat.manager import ThreadManager
+    from awarl.chat.store import DatabaseInUse
+
+    first = make_manager(None)
+    left = Thread.new(GOLD_80, policy="pricing", given_answer="You get 10% off.", status=Status.AWAITING_INPUT)
+    first.store.save_thread(left)
+    with pytest.raises(DatabaseInUse, match=rf"in use by another awarl chat server \(pid {os.getpid()} on "):
+        ThreadManager(ChatSettings(policy=str(PRICING), db=first.settings.db, audit=str(tmp_path / "other.jsonl")))
+    assert not (tmp_path / "other.jsonl").exists()
+    first.close()
+    ThreadManager(ChatSettings(policy=str(PRICING), db=first.settings.db, audit=str(tmp_path / "other.jsonl"))).close()
+
+
+def test_a_second_server_exits_with_one_line_naming_the_holder_and_runs_nothing(tmp_path):
+    config = tmp_path / "chat.yaml"
+    config.write_text(yaml.safe_dump({"policy": str(PRICING), "db": str(tmp_path / "chat.sqlite"),
+                                      "audit": str(tmp_path / "audit.jsonl"), "workers": 1}))
+    port = _free_port()
+    first = _serve(config, port, tmp_path / "first.log")
+    try:
+        client = _up(port, first, tmp_path / "first.log")
+        tid = client.post("/api/chat", json={"prompt": GOLD_80, "answer": "You get 10% off."}).json()["thread_id"]
+        _done(client, tid)
+        lines_before = (tmp_path / "audit.jsonl").read_text()
+        # the same port (busy) and the same database: refused before recovery and before the bind
+        second = subprocess.run([sys.executable, "-m", "awarl.cli", "chat", "serve", "--config", str(config), "--port", str(port)],
+                                cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert second.returncode == 1, second.stderr
+        errors = [line for line in second.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and f"pid {first.pid} on " in errors[0] and "Traceback" not in second.stderr
+        assert (tmp_path / "audit.jsonl").read_text() == lines_before
+        assert client.get("/api/health").status_code == 200
+    finally:
+        _stop(first)
