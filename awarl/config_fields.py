@@ -4,8 +4,10 @@ A section is a dataclass whose fields carry a one-line ``help`` (`doc`). `build`
 mapping (a YAML section, ``--set`` overrides) into that dataclass and enforces every field's
 declared type — ``topk: 2.5``, ``seed: abc`` or ``scope: weird`` are a `ConfigError` naming the
 section, the field, the value and the fix — before ``__post_init__`` checks ranges and
-combinations. `load_yaml` reads YAML 1.2 booleans and floats (``save_strategy: no`` stays "no",
-``1e-5`` is a number). This module imports nothing of awarl, so every layer may use it.
+combinations. `load_yaml` is awarl's one YAML reader (recipes, chat configs, policies, tests
+files): YAML 1.2 booleans and floats (``save_strategy: no`` and ``decisions: on`` stay strings,
+``1e-5`` is a number), parsed by libyaml when PyYAML has it. This module imports only
+`awarl.errors`, so every layer may use it.
 """
 
 from __future__ import annotations
@@ -22,9 +24,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot work; the message names the field, the problem and the fix."""
+from awarl.errors import ConfigError
 
 
 def doc(text: str, **kw: Any) -> Any:
@@ -41,8 +41,12 @@ def field_help(cls: type) -> dict[str, str]:
     return {f.name: f.metadata.get("help", "") for f in fields(cls) if f.init}
 
 
-class _Yaml12Loader(yaml.SafeLoader):
-    """YAML with 1.2 booleans and floats: only true/false are booleans and ``1e-5`` is a number."""
+class _Yaml12Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """YAML with 1.2 booleans and floats: only true/false are booleans and ``1e-5`` is a number.
+
+    libyaml's parser (PyYAML's ``CSafeLoader``) when PyYAML was built with it: the pure-Python
+    parser takes over a second on a 2,000-rule policy (docs/benchmarks.md). Plain scalars are
+    still resolved by the Python resolver, so the 1.2 rules below hold with either parser."""
 
 
 _Yaml12Loader.yaml_implicit_resolvers = {
@@ -61,7 +65,7 @@ def load_yaml(text: str) -> Any:
     >>> load_yaml("a: no\\nb: 1e-5\\nc: true")
     {'a': 'no', 'b': 1e-05, 'c': True}
     """
-    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a safe loader subclass
 
 
 def read_yaml_file(path: str | Path, what: str = "recipe") -> Any:
@@ -96,7 +100,7 @@ def build(cls: type, values: Any, where: str, *, nested: dict[str, Any] | None =
     >>> build(S, {"topk": 2.5}, "env")
     Traceback (most recent call last):
     ...
-    awarl.config_fields.ConfigError: env.topk: expected a whole number, got 2.5
+    awarl.errors.ConfigError: env.topk: expected a whole number, got 2.5
     """
     if isinstance(values, cls):
         return values

@@ -17,7 +17,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "awarl"
 
 LAYERS = {
-    "awarl": 0, "awarl.protocol": 0, "awarl.config_fields": 0, "awarl.cli_errors": 0, "awarl.data": 0,
+    "awarl": 0, "awarl.errors": 0, "awarl.resources": 0, "awarl.protocol": 0, "awarl.config_fields": 0,
+    "awarl.cli_errors": 0, "awarl.data": 0,
     "awarl.search": 1, "awarl.llm": 1,
     "awarl.agent": 2,
     "awarl.rewards": 3, "awarl.capability": 3, "awarl.eval": 3,
@@ -87,9 +88,11 @@ def test_no_import_runs_up_the_layers():
     assert not upward, "\n".join(sorted(upward))
 
 
-def test_the_protocol_imports_nothing_of_awarl():
+def test_the_ground_floor_imports_nothing_above_it():
     assert _imports(PACKAGE / "protocol.py") == set()
-    assert _imports(PACKAGE / "config_fields.py") == set()
+    assert _imports(PACKAGE / "errors.py") == set()
+    assert _imports(PACKAGE / "resources.py") == set()
+    assert _imports(PACKAGE / "config_fields.py") == {"awarl.errors"}
 
 
 def test_no_import_circle():

@@ -13,103 +13,92 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
+from awarl.agent.settings import RolloutSettings
+from awarl.config_fields import ConfigError, build, doc, read_yaml_file
+from awarl.resources import config_path
 
 log = logging.getLogger(__name__)
 
-REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DEMO_DIR = Path("runs/demo")
 WORLD_CACHE = Path(".cache/awarl-chat/world")
 
-
-class ChatConfigError(ValueError):
-    """A bad chat config; the message names the file and the key."""
+ChatConfigError = ConfigError
+"""A bad chat config: awarl's one `ConfigError` (the message names the file and the key)."""
 
 
 @dataclass
 class ChatSettings:
     """Everything `awarl.chat.app.create_app` needs. Every field has a default except the policy."""
 
-    policy: str = ""
-    """Path of the policy checked by default (awarl YAML or a Bedrock policy-definition JSON)."""
-    policies: dict[str, str] = field(default_factory=dict)
-    """More policies a user may switch to (name -> path); the default policy is added as ``policy_name``."""
-    policy_name: str = ""
-    """Name of the default policy (default: the file's stem, or 'world' for a world policy)."""
-    generator: str | None = None
-    """Backend spec of the agent (hf:PATH, vllm:PATH, openai:URL#MODEL); null = validate-only mode."""
-    rewrite_generator: str | None = None
-    """A second spec for rewrite turns (default: the generator)."""
-    decisions: str = "auto"
-    """auto | on | off: whether the generator answers rewrite prompts with DECISION lines (auto: on for
-    openai: specs, off for local checkpoints, which get verify-and-resample)."""
-    corpus: str | None = None
-    """corpus.jsonl the agent searches and citations are checked against."""
-    index: str | None = None
-    """A saved index folder or a retrieval server URL to search instead of indexing ``corpus`` in memory."""
-    rollout: dict[str, Any] = field(default_factory=dict)
-    """Rollout settings when the checkpoint has none saved (the demo manifest's)."""
-    corrections: str | None = None
-    """Known-errors YAML injected into every prompt (default: configs/policies/corrections.yaml)."""
-    translator: str = "pattern"
-    """pattern (offline, the policy's patterns) or llm."""
-    llm_url: str | None = None
-    llm_model: str | None = None
-    llm_samples: int = 3
-    judge: str = "lexical"
-    """Citation support judge: lexical, llm (at llm_url) or none."""
-    second_judge: str | None = None
-    """openai:URL#MODEL of a second judge that cross-checks BORDERLINE citations before they reach review."""
-    max_iterations: int = 3
-    """Rewrites allowed per thread (counted exactly)."""
-    max_questions: int = 5
-    max_question_rounds: int = 1
-    question_timeout_s: float = 300.0
-    """Pending clarifying questions are skipped automatically after this long."""
-    temperature: float = 1.0
-    """Sampling temperature of verify-and-resample."""
-    resample_feedback: bool = True
-    """Verify-and-resample re-asks with the finding as feedback; false re-asks the bare question (for a
-    small agent trained only on bare questions, which added text derails)."""
-    retries: int = 3
-    backoff_s: float = 0.5
-    generation_timeout_s: float = 300.0
-    check_timeout_ms: int = 5000
-    workers: int = 4
-    db: str = "runs/chat/chat.sqlite"
-    audit: str = "runs/chat/audit.jsonl"
-    audit_secret_env: str = "AWARL_AUDIT_SECRET"
-    """Environment variable holding the HMAC key of the audit chain (unset: plain SHA-256)."""
-    recovery: str = "resume"
-    """Threads left PROCESSING by a crash: resume them, or end them in ERROR (both audited)."""
-    prompts_dir: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 8080
-    mode_note: str = ""
-    """Why the server runs as it does (shown on the page and logged)."""
+    policy: str = doc("Path of the policy checked by default (awarl YAML or a Bedrock policy-definition JSON).",
+                      default="")
+    policies: dict[str, str] = doc("More policies a user may switch to (name -> path); the default policy is "
+                                   "added as policy_name.", default={})
+    policy_name: str = doc("Name of the default policy (default: the file's stem, or 'world' for a world policy).",
+                           default="")
+    generator: str | None = doc("Backend spec of the agent (hf:PATH, vllm:PATH, openai:URL#MODEL); null = "
+                                "validate-only mode.", default=None)
+    rewrite_generator: str | None = doc("A second spec for rewrite turns (default: the generator).", default=None)
+    decisions: Literal["auto", "on", "off"] = doc(
+        "Whether the generator answers rewrite prompts with DECISION lines (auto: on for openai: specs, off for "
+        "local checkpoints, which get verify-and-resample).", default="auto")
+    corpus: str | None = doc("corpus.jsonl the agent searches and citations are checked against.", default=None)
+    index: str | None = doc("A saved index folder or a retrieval server URL to search instead of indexing "
+                            "corpus in memory.", default=None)
+    rollout: RolloutSettings | None = doc("Rollout settings when the checkpoint has none saved (the demo "
+                                          "manifest's); a mapping of RolloutSettings fields.", default=None)
+    corrections: str | None = doc("Known-errors YAML injected into every prompt (default: the shipped "
+                                  "configs/policies/corrections.yaml).", default=None)
+    translator: Literal["pattern", "llm"] = doc("pattern (offline, the policy's patterns) or llm (at llm_url).",
+                                                default="pattern")
+    llm_url: str | None = doc("OpenAI-compatible API root of the llm translator and judge.", default=None)
+    llm_model: str | None = doc("Model name at llm_url.", default=None)
+    llm_samples: int = doc("Independent translations the llm translator draws.", default=3)
+    judge: Literal["lexical", "llm", "none"] = doc("Citation support judge: lexical, llm (at llm_url) or none.",
+                                                   default="lexical")
+    second_judge: str | None = doc("openai:URL#MODEL of a second judge that cross-checks BORDERLINE citations "
+                                   "before they reach review.", default=None)
+    max_iterations: int = doc("Rewrites allowed per thread (counted exactly).", default=3)
+    max_questions: int = doc("Clarifying questions per round (1-5).", default=5)
+    max_question_rounds: int = doc("Rounds of clarifying questions per thread.", default=1)
+    question_timeout_s: float = doc("Pending clarifying questions are skipped automatically after this long.",
+                                    default=300.0)
+    temperature: float = doc("Sampling temperature of verify-and-resample.", default=1.0)
+    resample_feedback: bool = doc("Verify-and-resample re-asks with the finding as feedback; false re-asks the bare "
+                                  "question (for a small agent trained only on bare questions, which added text "
+                                  "derails).", default=True)
+    retries: int = doc("Attempts of a generation or validation call before the thread ends in ERROR.", default=3)
+    backoff_s: float = doc("First wait between attempts; doubles every retry.", default=0.5)
+    generation_timeout_s: float = doc("Time limit of one generation call.", default=300.0)
+    check_timeout_ms: int = doc("Time budget of one finding's check; past it, TOO_COMPLEX.", default=5000)
+    workers: int = doc("Threads processed at once.", default=4)
+    db: str = doc("SQLite file of threads, reviews and the audit head.", default="runs/chat/chat.sqlite")
+    audit: str = doc("Audit log (JSON lines, hash-chained).", default="runs/chat/audit.jsonl")
+    audit_secret_env: str = doc("Environment variable holding the HMAC key of the audit chain (unset: plain "
+                                "SHA-256).", default="AWARL_AUDIT_SECRET")
+    recovery: Literal["resume", "error"] = doc("Threads left PROCESSING by a crash: resume them, or end them in "
+                                               "ERROR (both audited).", default="resume")
+    prompts_dir: str | None = doc("Folder of prompt templates (default: the shipped ones).", default=None)
+    host: str = doc("Address to bind (127.0.0.1: this machine only).", default="127.0.0.1")
+    port: int = doc("TCP port.", default=8080)
+    mode_note: str = doc("Why the server runs as it does (shown on the page and logged).", default="")
 
     def __post_init__(self) -> None:
-        if self.decisions not in ("auto", "on", "off"):
-            raise ChatConfigError(f"decisions must be auto, on or off, got {self.decisions!r}")
-        if self.recovery not in ("resume", "error"):
-            raise ChatConfigError(f"recovery must be resume or error, got {self.recovery!r}")
-        if self.translator not in ("pattern", "llm"):
-            raise ChatConfigError(f"translator must be pattern or llm, got {self.translator!r}")
-        if self.judge not in ("lexical", "llm", "none"):
-            raise ChatConfigError(f"judge must be lexical, llm or none, got {self.judge!r}")
+        if isinstance(self.rollout, dict):
+            self.rollout = RolloutSettings.from_dict(self.rollout, "rollout")
         for name in ("max_iterations", "max_question_rounds", "llm_samples"):
             if getattr(self, name) < 0:
-                raise ChatConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 1 <= self.max_questions <= 5:
-            raise ChatConfigError(f"max_questions must be in [1, 5], got {self.max_questions}")
+            raise ConfigError(f"max_questions must be in [1, 5], got {self.max_questions}")
         if self.workers < 1 or self.retries < 1:
-            raise ChatConfigError("workers and retries must be >= 1")
-        if self.corrections is None and (REPO_CONFIGS / "policies" / "corrections.yaml").exists():
-            self.corrections = str(REPO_CONFIGS / "policies" / "corrections.yaml")
+            raise ConfigError("workers and retries must be >= 1")
+        if self.corrections is None and config_path("policies", "corrections.yaml").exists():
+            self.corrections = str(config_path("policies", "corrections.yaml"))
         if self.policy:
             self.policy_name = self.policy_name or ("world" if Path(self.policy).name == "policy.yaml" else Path(self.policy).stem)
             self.policies = {self.policy_name: self.policy, **{k: v for k, v in self.policies.items() if k != self.policy_name}}
@@ -123,39 +112,35 @@ class ChatSettings:
 
 
 def shipped_policies() -> dict[str, str]:
-    folder = REPO_CONFIGS / "policies"
+    folder = config_path("policies")
     return {p.stem: str(p) for p in sorted(folder.glob("*.yaml"))
             if not p.name.endswith(".tests.yaml") and p.stem != "corrections"} if folder.exists() else {}
 
 
 def load_chat_config(path: str | Path, **overrides: Any) -> ChatSettings:
-    """Read a chat config YAML; unknown keys and bad values are errors naming the file and key."""
+    """Read a chat config YAML through `awarl.config_fields.build`: an unknown key (with the closest
+    known one), a value of the wrong type or range, or a missing input file is a `ConfigError`
+    naming the file and the key. ``overrides`` (the command line's, None = not given) win."""
     path = Path(path)
-    if not path.exists():
-        raise ChatConfigError(f"{path}: file not found")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ChatConfigError(f"{path}: not valid YAML: {exc}") from None
+    raw = read_yaml_file(path, "chat config")
+    if raw is None:
+        raw = {}
     if not isinstance(raw, dict):
-        raise ChatConfigError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
-    known = {f.name for f in fields(ChatSettings)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ChatConfigError(f"{path}: unknown key(s) {unknown}; known: {sorted(known)}")
+        raise ConfigError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
     if not raw.get("policy"):
-        raise ChatConfigError(f"{path}, key 'policy': missing (a policy YAML or Bedrock policy JSON to check against)")
+        raise ConfigError(f"{path}, key 'policy': missing (a policy YAML or Bedrock policy JSON to check against)")
     values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
     for key in ("policy", "corpus", "corrections"):
-        if values.get(key) and not Path(values[key]).exists():
-            raise ChatConfigError(f"{path}, key '{key}': {values[key]} does not exist")
+        if isinstance(values.get(key), str) and values[key] and not Path(values[key]).exists():
+            raise ConfigError(f"{path}, key '{key}': {values[key]} does not exist")
     if not values.get("generator") and not values.get("mode_note"):
         values["mode_note"] = (f"Validate-only mode: {path} names no generator. POST /api/chat with an `answer` to "
                                "check it, or set `generator:` to a backend spec (hf:PATH, vllm:PATH, openai:URL#MODEL).")
-    try:
-        return ChatSettings(**values)
-    except (TypeError, ChatConfigError) as exc:
-        raise ChatConfigError(f"{path}: {exc}") from None
+    return build(ChatSettings, values, f"{path}:", nested={"rollout": _rollout})
+
+
+def _rollout(value: Any, where: str) -> RolloutSettings | None:
+    return None if value is None else RolloutSettings.from_dict(value, where)
 
 
 def default_settings(demo: str | Path = DEMO_DIR, **overrides: Any) -> ChatSettings:
@@ -180,7 +165,8 @@ def default_settings(demo: str | Path = DEMO_DIR, **overrides: Any) -> ChatSetti
         # derails it into broken tool calls, so it is resampled on the bare question (docs/chat.md).
         overrides.setdefault("resample_feedback", False)
         return ChatSettings(policy=rel("policy") or "", policy_name="world", corpus=rel("corpus"),
-                            generator=f"hf:{agent}" if agent else None, rollout=m.get("rollout") or {},
+                            generator=f"hf:{agent}" if agent else None,
+                            rollout=RolloutSettings.from_dict(m["rollout"], f"{manifest}: rollout") if m.get("rollout") else None,
                             mode_note=note, **overrides)
     world = _cached_world()
     if world is not None:

@@ -196,7 +196,8 @@ def rollout_of(checkpoint: str | Path | None, recorded: Mapping[str, Any] | None
         except ConfigError as exc:
             log.warning("%s", exc)
     if settings is None and recorded:
-        settings = RolloutSettings.from_dict(dict(recorded), "rollout settings")
+        settings = RolloutSettings.from_dict(recorded if isinstance(recorded, RolloutSettings) else dict(recorded),
+                                             "rollout settings")
     settings = settings or RolloutSettings()
     return settings.replace(scope="global") if settings.scope != "global" else settings
 

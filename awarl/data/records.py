@@ -15,25 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from awarl.errors import DataError
+
 log = logging.getLogger(__name__)
 
 
-class DataError(ValueError):
-    """Bad input data; the message names the file, the line or index, and the field.
-
-    ``where`` is the position in the file (``"line 7"``, ``"example 3 (index 3)"``); an empty
-    ``where`` (or ``"-"``) means the problem is the file as a whole, and the message is then just
-    ``file: problem``.
-    """
-
-    def __init__(self, path: str | Path, where: str, problem: str, field_name: str | None = None):
-        self.path, self.where, self.problem, self.field = str(path), where, problem, field_name
-        parts = [str(path)]
-        if where and where != "-":
-            parts.append(where)
-        if field_name:
-            parts.append(f"field '{field_name}'")
-        super().__init__(f"{', '.join(parts)}: {problem}")
 
 
 def passage_id(title: str, text: str) -> str:

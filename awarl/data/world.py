@@ -20,6 +20,14 @@ The world::
   still recorded (the world knows it), but ``answerable`` is false: no passage says it.
 - Splits are disjoint by person: SFT, RL (capability p_i + GRPO) and held-out evaluation.
 
+That is world v1 (``version: 1``, the regression control): cities, their countries and which of
+them lack a link are shared by every split, so a lookup table from the SFT questions answers the
+held-out split. World v2 (``version: 2``, `awarl.data.world_v2`) is the fair test: bridge cities
+disjoint per split, near-miss unanswerables beside missing ones, and graded ceilings u_q
+(namesakes, silent retrieval noise, visible failures a retry overcomes). Its search tool noise is
+written to ``noise.json`` and applied by `awarl.agent.env.SearchEnv` when the rollout settings name
+it (`awarl.data.world_noise`).
+
 `write_world` writes MuSiQue's official JSONL (``answerable``, ``paragraphs`` with
 ``is_supporting``, ``question_decomposition``), so ``awarl data prepare --dataset musique`` reads
 each split unchanged, plus ``corpus.jsonl`` (every passage, awarl's Passage rows with the ids the
@@ -55,6 +63,11 @@ CITIES = ("Tavel", "Umar", "Brisk", "Colda", "Dremm", "Esto", "Falk", "Gilby", "
           "Jerro", "Kapa", "Lobb", "Mosk", "Nilo", "Opra", "Pesk", "Qualo", "Rubo", "Sifa", "Tobb", "Uvva")
 COUNTRIES = ("Morland", "Pelaria", "Quostan", "Ruvia", "Suldor", "Tekara", "Undel", "Vostia", "Wendar",
              "Xandia", "Yelmar", "Zorvia")
+# World v2's larger name pool (40 x 40): more held-out questions fit.
+EXTRA_FIRST_NAMES = ("Adro", "Beni", "Cira", "Dela", "Ebbo", "Fenu", "Gilo", "Hamo", "Ilva", "Kiro", "Lesa", "Mika",
+                     "Nelo", "Orra", "Pavi", "Rasi")
+EXTRA_LAST_NAMES = ("Balk", "Crev", "Drom", "Elst", "Fusk", "Grev", "Karv", "Lesk", "Mork", "Nesk", "Pilt", "Rolm",
+                    "Tesk", "Vorn", "Wusk", "Yelk")
 REGIONS = ("Nortesh", "Sudava", "Estoria", "Wessia")
 JOBS = ("baker", "farmer", "teacher", "doctor", "painter", "sailor", "miner", "singer")
 HOBBIES = ("chess", "fishing", "music", "running", "poetry", "gardening")
@@ -67,6 +80,17 @@ TEMPLATES = {
     "lives": ("In which {level} does {p} live?", "Which {level} does {p} live in?"),
 }
 SPLITS = ("sft", "rl", "eval")
+KINDS = ("answerable", "missing", "near_miss_variant", "near_miss_relation")
+"""A question's kind: answerable; missing (the city's country passage is absent); near-miss with a
+one-letter variant city whose country passage ranks first; near-miss with the asked relation's
+passage absent, so the other relation's city is the one a careless reader looks up."""
+
+DEFAULT_CEILINGS = {"1/1@0": 0.2, "1/1@0.1": 0.1, "1/1@0.3": 0.05, "2/1@0": 0.1, "4/2@0.1": 0.1, "3/1@0": 0.1,
+                    "4/1@0.3": 0.35}
+"""World v2's mix of ceiling profiles ``"m/j@f"`` -> share of the answerable questions: a name shared by
+m people of whom j lead to the gold answer, with silent retrieval noise f. Fixed from the audit
+(docs/fidelity.md, World v2): mean(u) 0.49, 35% of answerable questions at u <= 0.2, 35% at u >= 0.6."""
+_PROFILE = re.compile(r"^([1-4])/([1-4])@(0(?:\.\d+)?)$")
 
 
 class WorldError(ValueError):
@@ -75,30 +99,65 @@ class WorldError(ValueError):
 
 @dataclass(frozen=True)
 class WorldConfig:
-    """The knobs of a world. Defaults make 500 persons, 1,000 questions and ~1,600 passages."""
+    """The knobs of a world. Defaults make 500 persons, 1,000 questions and ~1,600 passages (v1)."""
 
-    persons: int = 500  # corpus size: persons (each has 2 questions); at most 24 x 24
-    cities: int = 36  # at most len(CITIES)
+    persons: int = 500  # corpus size: persons (each has 2 questions); at most 24 x 24 (v1), 40 x 40 (v2)
+    cities: int = 36  # v1: cities of the whole world, at most len(CITIES); v2: answerable cities per split
     countries: int = 8  # at most len(COUNTRIES)
-    hops: int = 2  # 2: person -> city -> country; 3: ... -> region
-    distractors: int = 1  # distractor passages per person (job, hobby) and per place (landmark): 0-2
-    unanswerable_share: float = 0.3  # target share of questions whose city -> country passage is absent
+    hops: int = 2  # 2: person -> city -> country; 3: ... -> region (v1 only)
+    distractors: int = 1  # distractor passages per person (job, hobby; v2: a visited city) and per place (landmark): 0-2
+    unanswerable_share: float = 0.3  # target share of questions that the corpus cannot answer
     split: tuple[float, float, float] = (0.6, 0.24, 0.16)  # share of persons for SFT / RL / held-out eval
     seed: int = 0
+    version: int = 1  # 1: shared cities, missing links only (the regression control); 2: the fair test
+    # -- world v2 only --
+    ceilings: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_CEILINGS), hash=False)  # "m/j@f" -> share
+    near_miss_share: float = 0.5  # unanswerable questions that are near-misses (half variant city, half other relation)
+    visible_failure: float = 0.2  # probability per search that the question's country passages are left out
+    max_searches: int = 3  # the search budget the ceilings assume (the rollout's max_searches): one retry
 
     def __post_init__(self) -> None:
-        limits = {"persons": (6, len(FIRST_NAMES) * len(LAST_NAMES)), "cities": (2, len(CITIES)),
-                  "countries": (2, len(COUNTRIES)), "hops": (2, 3), "distractors": (0, 2)}
+        v2 = self.version == 2
+        limits = {"version": (1, 2), "persons": (6, len(_first_names(v2)) * len(_last_names(v2))),
+                  "cities": (2, 200 if v2 else len(CITIES)), "countries": (4 if v2 else 2, len(COUNTRIES)),
+                  "hops": (2, 2 if v2 else 3), "distractors": (1 if v2 else 0, 2), "max_searches": (2, 8)}
         for name, (lo, hi) in limits.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or not lo <= value <= hi:
-                raise WorldError(f"WorldConfig.{name} must be an integer in [{lo}, {hi}], got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+                raise WorldError(f"WorldConfig.{name} must be an integer in [{lo}, {hi}]"
+                                 f"{' for version 2' if v2 else ''}, got {value!r}")
         if not 0.0 <= self.unanswerable_share < 1.0:
             raise WorldError(f"WorldConfig.unanswerable_share must be in [0, 1), got {self.unanswerable_share}")
         if len(self.split) != 3 or any(s <= 0 for s in self.split) or abs(sum(self.split) - 1.0) > 1e-6:
             raise WorldError(f"WorldConfig.split must be three positive shares summing to 1, got {self.split}")
         if self.countries > self.cities:
             raise WorldError(f"WorldConfig.countries ({self.countries}) must not exceed cities ({self.cities})")
+        for name in ("near_miss_share", "visible_failure"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise WorldError(f"WorldConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        self.profiles()  # the ceilings mix parses
+
+    def profiles(self) -> list[tuple[int, int, float, float]]:
+        """The ceilings mix as (m, j, f, share), sorted by key; checked: j divides m (the other namesakes
+        lead to m/j - 1 other countries, j each, so no country is more likely than the gold one), f in
+        [0, 1), shares >= 0 summing to 1, and j namesakes fit in one country's cities (v2)."""
+        if not isinstance(self.ceilings, dict) or not self.ceilings:
+            raise WorldError(f"WorldConfig.ceilings must map 'm/j@f' to a share, got {self.ceilings!r}")
+        out = []
+        for key, share in sorted(self.ceilings.items()):
+            m = _PROFILE.match(str(key))
+            if not m or int(m.group(2)) > int(m.group(1)) or int(m.group(1)) % int(m.group(2)):
+                raise WorldError(f"WorldConfig.ceilings: {key!r} is not 'm/j@f' with m in 1..4, j dividing m and f "
+                                 f"in [0, 1) (e.g. '4/1@0.3': four namesakes, one leads to the gold answer, noise 0.3)")
+            if not isinstance(share, (int, float)) or isinstance(share, bool) or share < 0:
+                raise WorldError(f"WorldConfig.ceilings[{key!r}] must be a share >= 0, got {share!r}")
+            if self.version == 2 and int(m.group(2)) > self.cities // self.countries:
+                raise WorldError(f"WorldConfig.ceilings: {key!r} needs {m.group(2)} cities per country, and "
+                                 f"cities / countries = {self.cities // self.countries}")
+            out.append((int(m.group(1)), int(m.group(2)), float(m.group(3)), float(share)))
+        if abs(sum(p[3] for p in out) - 1.0) > 1e-6:
+            raise WorldError(f"WorldConfig.ceilings: the shares must sum to 1, got {sum(p[3] for p in out):.4f}")
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], where: str = "world") -> "WorldConfig":
@@ -109,6 +168,8 @@ class WorldConfig:
         values = dict(raw)
         if "split" in values:
             values["split"] = tuple(values["split"])
+        if "ceilings" in values and isinstance(values["ceilings"], dict):
+            values["ceilings"] = {str(k): v for k, v in values["ceilings"].items()}
         try:
             return cls(**values)
         except WorldError as exc:
@@ -120,12 +181,21 @@ class WorldConfig:
         return out
 
 
+def _first_names(v2: bool) -> tuple[str, ...]:
+    return FIRST_NAMES + EXTRA_FIRST_NAMES if v2 else FIRST_NAMES
+
+
+def _last_names(v2: bool) -> tuple[str, ...]:
+    return LAST_NAMES + EXTRA_LAST_NAMES if v2 else LAST_NAMES
+
+
 @dataclass(frozen=True)
 class Person:
     name: str
     born: str
     lives: str
     extras: tuple[str, ...]  # distractor passages' texts
+    key: str = ""  # v2: "<name>#<k>" for the k-th of several namesakes; "" = the name
 
 
 @dataclass(frozen=True)
@@ -140,7 +210,16 @@ class Question:
     answer: str
     answerable: bool
     split: str
-    missing: str | None  # the place whose next-level passage is absent (unanswerable only)
+    missing: str | None  # the place whose next-level passage is absent (v2 near_miss_relation: the person)
+    subject: str = ""  # the person the question is about (v2: "<name>#<k>" for the k-th namesake); "" = person
+    kind: str = "answerable"  # one of KINDS
+    ceiling: float | None = None  # u_q: the best reader's chance of the gold answer (answerable only)
+    cues: dict[str, Any] = field(default_factory=dict, hash=False)  # what makes it hard (namesakes, noise, variant)
+
+    @property
+    def who(self) -> str:
+        """The key of the person's facts in `World.fact_passage`."""
+        return self.subject or self.person
 
     @property
     def level(self) -> str:
@@ -158,6 +237,8 @@ class World:
     passages: list[Passage]
     fact_passage: dict[tuple[str, str], str]  # (subject, relation) -> passage id ("in" for places)
     questions: list[Question] = field(default_factory=list)
+    levels: dict[str, str] = field(default_factory=dict)  # place -> city | country | region
+    noise: dict[str, dict[str, Any]] = field(default_factory=dict)  # record id -> its search noise (v2)
     _index: dict[str, Passage] | None = field(default=None, repr=False, compare=False)
 
     def split(self, name: str) -> list[Question]:
@@ -179,7 +260,10 @@ class World:
 
     def supporting(self, q: Question) -> list[str]:
         """Ids of the passages that answer ``q``, hop by hop, as far as the corpus has them."""
-        ids = [self.fact_passage[(q.person, q.relation)]]
+        first = self.fact_passage.get((q.who, q.relation))
+        if first is None:  # v2 near_miss_relation: the asked relation's passage is absent
+            return []
+        ids = [first]
         for place in q.chain[:-1]:
             pid = self.fact_passage.get((place, "in"))
             if pid is None:
@@ -194,12 +278,20 @@ class World:
             qs = self.split(name)
             out[name] = {"questions": len(qs), "unanswerable": sum(not q.answerable for q in qs),
                          "unanswerable_share": round(sum(not q.answerable for q in qs) / max(len(qs), 1), 3)}
+            if self.config.version == 2:
+                u = [q.ceiling for q in qs if q.answerable]
+                out[name]["kinds"] = {k: sum(q.kind == k for q in qs) for k in KINDS}
+                out[name]["mean_u"] = round(sum(u) / max(len(u), 1), 4)
         return out
 
 
 # -- generation ----------------------------------------------------------------------------------------------
 def generate_world(config: WorldConfig = WorldConfig()) -> World:
     """Build the world of ``config`` (same config, same world, byte for byte)."""
+    if config.version == 2:
+        from awarl.data.world_v2 import generate_world_v2
+
+        return generate_world_v2(config)
     rng = random.Random(config.seed)
     cities = list(CITIES[: config.cities])
     countries = list(COUNTRIES[: config.countries])
@@ -253,7 +345,8 @@ def generate_world(config: WorldConfig = WorldConfig()) -> World:
             text = rng.choice(TEMPLATES[rel]).format(level=PLACE_LEVELS[config.hops - 1], p=p.name)
             questions.append(Question(f"world{config.seed}-{i:04d}-{rel}", text, p.name, rel, tuple(chain), chain[-1],
                                       missing is None, split, missing))
-    return World(config, persons, parent, absent, passages, fact_passage, questions)
+    levels = {**{c: "city" for c in cities}, **{k: "country" for k in countries}, **{r: "region" for r in regions}}
+    return World(config, persons, parent, absent, passages, fact_passage, questions, levels)
 
 
 def _choose_absent(persons: Sequence[Person], cities: list[str], share: float, rng: random.Random) -> set[str]:
@@ -304,8 +397,17 @@ def gold_conversation(world: World, q: Question, search: Callable[[str], str], s
     ``guess=True`` (unanswerable questions only) ends like an agent that never abstains instead: it
     answers the place named by the first link passage the last search returned, about some other
     place, citing it (the classic hallucination from an irrelevant retrieval); when that result
-    holds no such passage, it abstains after all."""
+    holds no such passage, it abstains after all.
+
+    In world v2 the ideal agent reads what the tool returns (`awarl.data.world_v2.gold_conversation_v2`):
+    it follows one namesake, retries a search that returned no country passage while the budget
+    allows, and answers what the country passage it got says, or abstains."""
     from awarl.protocol import build_messages
+
+    if world.config.version == 2:
+        from awarl.data.world_v2 import gold_conversation_v2
+
+        return gold_conversation_v2(world, q, search, system_prompt, first=first, guess=guess)
 
     messages = build_messages(q.question, system_prompt)
     result = ""
@@ -359,7 +461,8 @@ def musique_row(world: World, q: Question, rng: random.Random, extra_paragraphs:
 
 def write_world(world: World, folder: str | Path) -> dict[str, Path]:
     """Write the world: ``{sft,rl,eval}.jsonl`` (MuSiQue JSONL), ``corpus.jsonl``, ``world.json``,
-    ``policy.yaml`` and ``policy.tests.yaml``. Returns the paths by name."""
+    ``policy.yaml`` and ``policy.tests.yaml`` (v2 also ``noise.json``, the search tool's noise, which
+    the rollout settings' ``world_noise`` names). Returns the paths by name."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(world.config.seed + 1)
@@ -372,8 +475,16 @@ def write_world(world: World, folder: str | Path) -> dict[str, Path]:
     paths["world"] = folder / "world.json"
     paths["world"].write_text(json.dumps({
         "config": world.config.to_dict(), "stats": world.stats(),
-        "persons": [{"name": p.name, "born": p.born, "lives": p.lives} for p in world.persons],
-        "parent": world.parent, "absent": sorted(world.absent)}, indent=1) + "\n", encoding="utf-8")
+        "persons": [{"name": p.name, "born": p.born, "lives": p.lives, **({"key": p.key} if p.key else {})}
+                    for p in world.persons],
+        "parent": world.parent, "absent": sorted(world.absent),
+        "questions": [{"id": q.id, "record_id": record_id(q), "split": q.split, "kind": q.kind,
+                       "u": q.ceiling if q.answerable and q.ceiling is not None else (1.0 if q.answerable else None),
+                       "cues": q.cues} for q in world.questions]}, indent=1) + "\n", encoding="utf-8")
+    if world.config.version == 2:
+        from awarl.data.world_noise import NOISE_FILE, NoiseTable
+
+        paths["noise"] = NoiseTable.from_world(world).save(folder / NOISE_FILE)
     paths["policy"] = folder / "policy.yaml"
     paths["policy"].write_text(policy_yaml(world), encoding="utf-8")
     paths["policy_tests"] = folder / "policy.tests.yaml"
@@ -455,11 +566,7 @@ def policy_yaml(world: World) -> str:
 
 
 def _level(world: World, place: str) -> str:
-    if place in CITIES:
-        return "city"
-    if place in COUNTRIES:
-        return "country"
-    return "region"
+    return world.levels[place]
 
 
 def evidence_text(world: World, q: Question) -> str:
@@ -476,13 +583,13 @@ def policy_tests_yaml(world: World, n: int = 4) -> str:
     top = PLACE_LEVELS[world.config.hops - 1]
     tops = sorted({q.answer for q in world.questions})
     tests = []
-    answerable = [q for q in world.questions if q.answerable]
+    answerable = [q for q in world.questions if q.answerable and q.cues.get("namesakes", 1) == 1]
     for q in answerable[:: max(1, len(answerable) // n)][:n]:
         wrong = next(t for t in tops if t != q.answer)
         ev = evidence_text(world, q)
         tests.append({"name": f"{q.id}: right {top}", "question": ev, "answer": q.answer, "expected": "VALID"})
         tests.append({"name": f"{q.id}: wrong {top}", "question": ev, "answer": wrong, "expected": "INVALID"})
-    unanswerable = [q for q in world.questions if not q.answerable]
+    unanswerable = [q for q in world.questions if q.kind == "missing"]
     if unanswerable:
         q = unanswerable[0]
         tests.append({"name": f"{q.id}: {top} of a city the corpus does not place", "question": evidence_text(world, q),
@@ -494,6 +601,7 @@ def policy_tests_yaml(world: World, n: int = 4) -> str:
     return header + yaml.safe_dump({"tests": tests}, sort_keys=False, allow_unicode=True, width=200)
 
 
-__all__ = ["WorldConfig", "World", "Question", "Person", "WorldError", "generate_world", "write_world",
+__all__ = ["WorldConfig", "World", "Question", "Person", "WorldError", "generate_world", "write_world", "KINDS",
+           "DEFAULT_CEILINGS",
            "gold_queries", "gold_conversation", "world_texts", "policy_yaml", "policy_tests_yaml", "evidence_text",
            "musique_row", "record_id", "SPLITS"]

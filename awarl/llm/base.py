@@ -13,11 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from awarl.errors import BackendError
+
 FinishReason = Literal["stop", "length", "error"]
-
-
-class BackendError(RuntimeError):
-    """A backend could not be loaded or could not answer; the message says which model or request."""
 
 
 @dataclass(frozen=True)

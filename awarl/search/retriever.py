@@ -14,6 +14,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from awarl.protocol import render_passage
 from awarl.data.records import Passage
+from awarl.errors import SearchError
 
 Scope = Literal["global", "closed"]
 SCOPES: tuple[str, ...] = ("global", "closed")
@@ -25,10 +26,6 @@ class Hit:
 
     passage: Passage
     score: float
-
-
-class SearchError(RuntimeError):
-    """Retrieval failed: a bad request (unknown passage id, bad k) or an unreachable server."""
 
 
 class UnknownPassageError(SearchError, KeyError):

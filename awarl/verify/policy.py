@@ -37,6 +37,7 @@ import regex
 import yaml
 import z3
 
+from awarl.errors import PolicyError
 from awarl.verify import smt
 
 _BUILTIN_SORTS = {"bool": "bool", "boolean": "bool", "int": "int", "integer": "int", "real": "real"}
@@ -44,15 +45,6 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _ROLES = ("any", "premise", "claim")
 # SMT-LIB words a policy name may not be (operators and binders).
 _SMT_WORDS = smt.RESERVED
-
-
-class PolicyError(ValueError):
-    """A bad policy or expression; the message names the source, the element and the problem
-    (``where`` is "file" when the problem is the file as a whole)."""
-
-    def __init__(self, source: str, where: str, problem: str):
-        self.source, self.where, self.problem = source, where, problem
-        super().__init__(f"{source}: {problem}" if where == "file" else f"{source}, {where}: {problem}")
 
 
 @dataclass(frozen=True)

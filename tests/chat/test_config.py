@@ -29,10 +29,14 @@ def write(tmp_path, data) -> str:
 
 
 @pytest.mark.parametrize("data,message", [
-    ({"policy": str(PRICING), "max_iteration": 3}, "unknown key(s) ['max_iteration']"),
+    ({"policy": str(PRICING), "max_iteration": 3}, "unknown field(s) 'max_iteration' (did you mean 'max_iterations'?)"),
+    ({"policy": str(PRICING), "max_iterations": "3"}, "max_iterations: expected a whole number, got '3'"),
+    ({"policy": str(PRICING), "decisions": True}, "decisions: must be one of 'auto', 'on', 'off', got True"),
+    ({"policy": str(PRICING), "rollout": {"topk": 0}}, "rollout: topk must be >= 1, got 0"),
+    ({"policy": str(PRICING), "rollout": {"top_k": 3}}, "rollout: unknown field(s) 'top_k' (did you mean 'topk'?)"),
     ({"generator": "hf:x"}, "key 'policy': missing"),
     ({"policy": "nope.yaml"}, "key 'policy': nope.yaml does not exist"),
-    ({"policy": str(PRICING), "decisions": "maybe"}, "decisions must be auto, on or off"),
+    ({"policy": str(PRICING), "decisions": "maybe"}, "decisions: must be one of 'auto', 'on', 'off', got 'maybe'"),
     ({"policy": str(PRICING), "max_questions": 9}, "max_questions must be in [1, 5]"),
     ("- just\n- a list\n", "expected a mapping of settings"),
     ("policy: [unclosed\n", "not valid YAML"),
@@ -53,9 +57,20 @@ def test_shipped_chat_configs_load_or_name_their_missing_inputs(tmp_path, monkey
         load_chat_config(ROOT / "configs" / "chat" / "world.yaml")
 
 
+def test_yaml_1_2_words_stay_strings_and_rollout_is_typed(tmp_path):
+    """`decisions: on` is the string 'on' (YAML 1.2, like every recipe), and `rollout` is `RolloutSettings`."""
+    from awarl.agent.settings import RolloutSettings
+
+    s = load_chat_config(write(tmp_path, f"policy: {PRICING}\ndecisions: on\nrollout: {{topk: 2, max_searches: 3}}\n"))
+    assert s.decisions == "on" and s.uses_decisions("hf:x")
+    assert isinstance(s.rollout, RolloutSettings) and (s.rollout.topk, s.rollout.max_searches) == (2, 3)
+    shipped = load_chat_config(ROOT / "configs" / "chat" / "vllm_agent.yaml", corpus=str(PRICING))
+    assert shipped.decisions == "on" and shipped.rollout.max_completion_tokens == 2048
+
+
 def test_cli_reports_a_bad_config_without_a_traceback(tmp_path):
     result = CliRunner().invoke(app, ["chat", "serve", "--config", write(tmp_path, {"policy": str(PRICING), "oops": 1})])
-    assert result.exit_code == 2 and "unknown key(s) ['oops']" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and "unknown field(s) 'oops'" in result.output and "Traceback" not in result.output
 
 
 def test_cli_reports_a_bad_corrections_file_without_a_traceback(tmp_path):

@@ -97,7 +97,7 @@ def test_default_reads_the_demo_manifest(tmp_path, world_dir, tiny_model_dir):
     manifest["agent"] = str(tiny_model_dir)
     (demo / "demo.json").write_text(json.dumps(manifest))
     s = default_settings(demo)
-    assert s.generator == f"hf:{tiny_model_dir}" and s.rollout == {"topk": 2} and s.corpus.endswith("corpus.jsonl")
+    assert s.generator == f"hf:{tiny_model_dir}" and s.rollout.topk == 2 and s.corpus.endswith("corpus.jsonl")
     assert not s.uses_decisions(s.generator)  # a local checkpoint gets verify-and-resample
     assert s.resample_feedback is False  # on the bare question: feedback text derails the tiny world agent
 

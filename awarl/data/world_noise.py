@@ -1,0 +1,146 @@
+"""The search tool's noise in world v2: silent conflicting passages and visible failures.
+
+A world v2 (`awarl.data.world`) writes ``noise.json`` beside its corpus: for each record id, the
+probability ``silent`` (f) that a rollout's searches return its country passages corrupted, the
+conflicting text each of those passages then shows, and the passages a *visible* failure leaves
+out of a result. The rollout settings name the file (``RolloutSettings.world_noise``), so
+capability p_i, GRPO and evaluation run the same tool; `awarl.agent.env.SearchEnv` applies it
+with `RolloutNoise`.
+
+- Silent noise is drawn once per (record id, rollout seed): in a noisy rollout every search that
+  returns one of the question's country passages shows the conflicting text instead, under the
+  same id and title, so repeating or rephrasing the query does not escape it and nothing in the
+  result says so (a stale or corrupted index entry). No reader can beat it: it lowers the ceiling
+  u_q by the factor 1 - f.
+- A visible failure is drawn per call (record id, rollout seed, call number): with probability
+  ``visible_failure`` the call's result leaves the question's country passages out. One call
+  cannot tell that from a missing fact; a retry within the search budget usually can, so lazy
+  refusal is not free.
+
+Draws are hashes (SHA-256) of their keys, so they do not depend on the process, the order of the
+rollouts or Python's hash seed. A record the table does not list (real data, a chatbot question)
+gets the index's results unchanged: the chatbot serves without noise.
+
+    >>> table = NoiseTable(0.5, {"q1": QuestionNoise(1.0, {"d1": "Tavok is a city in the country Ruvia."}, ("d1",))})
+    >>> RolloutNoise(table, "q1", 0).silent, RolloutNoise(table, "other", 0).silent
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+NOISE_FILE = "noise.json"
+
+
+class NoiseFileError(ValueError):
+    """A noise.json that cannot be read; the message names the file and the field."""
+
+
+def draw(*key: object) -> float:
+    """A uniform number in [0, 1) fixed by ``key`` (the same in every process)."""
+    digest = hashlib.sha256("\x1f".join(map(str, key)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+@dataclass(frozen=True)
+class QuestionNoise:
+    """The search noise of one question."""
+
+    silent: float  # f: probability per rollout that its country passages come back with the conflicting text
+    swap: dict[str, str]  # passage id -> the conflicting text it shows in a noisy rollout
+    fragile: tuple[str, ...]  # passage ids a visible failure leaves out of a result
+
+
+@dataclass(frozen=True)
+class NoiseTable:
+    """Every question's search noise, and the probability of a visible failure per call."""
+
+    visible_failure: float
+    questions: dict[str, QuestionNoise]
+
+    @classmethod
+    def from_world(cls, world: Any) -> "NoiseTable":
+        return cls(world.config.visible_failure,
+                   {rid: QuestionNoise(spec["silent"], dict(spec["swap"]), tuple(spec["fragile"]))
+                    for rid, spec in world.noise.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"visible_failure": self.visible_failure,
+                "questions": {rid: {"silent": q.silent, "swap": q.swap, "fragile": list(q.fragile)}
+                              for rid, q in self.questions.items()}}
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "NoiseTable":
+        """Read a noise.json; a missing file or a bad field is a `NoiseFileError` naming it."""
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise NoiseFileError(f"{path}: no such noise file (a world v2 folder holds {NOISE_FILE}; "
+                                 f"set rollout.world_noise to it, or to null for no noise)") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise NoiseFileError(f"{path}: not valid JSON ({exc})") from None
+        try:
+            v = float(raw["visible_failure"])
+            questions = {str(rid): QuestionNoise(float(q["silent"]), {str(k): str(t) for k, t in q["swap"].items()},
+                                                 tuple(str(x) for x in q["fragile"]))
+                         for rid, q in raw["questions"].items()}
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise NoiseFileError(f"{path}: expected {{visible_failure, questions: {{id: {{silent, swap, fragile}}}}}} "
+                                 f"({type(exc).__name__}: {exc})") from None
+        bad = [rid for rid, q in questions.items() if not 0.0 <= q.silent <= 1.0]
+        if not 0.0 <= v <= 1.0 or bad:
+            raise NoiseFileError(f"{path}: probabilities must be in [0, 1] (visible_failure {v}, silent of {bad[:3]})")
+        return cls(v, questions)
+
+
+@lru_cache(maxsize=4)
+def load_noise(path: str) -> NoiseTable:
+    """`NoiseTable.load`, once per path and process (every environment of a run shares it)."""
+    return NoiseTable.load(path)
+
+
+class RolloutNoise:
+    """One rollout's draws: whether its question's country passages are corrupted, and which calls fail."""
+
+    def __init__(self, table: NoiseTable, record_id: str | None, rollout_seed: int) -> None:
+        self.record_id = str(record_id)
+        self.rollout_seed = int(rollout_seed)
+        self.visible_failure = table.visible_failure
+        self.spec = table.questions.get(self.record_id)
+        self.silent = self.spec is not None and draw(self.record_id, self.rollout_seed, "silent") < self.spec.silent
+        self.calls = 0
+        self.failed_calls: list[int] = []
+
+    def apply(self, hits: Sequence[Any]) -> list[Any]:
+        """The result this call shows: ``hits`` (each with ``.passage``) less the question's country
+        passages when the call fails visibly, with their conflicting text when the rollout is noisy."""
+        call, self.calls = self.calls, self.calls + 1
+        if self.spec is None:
+            return list(hits)
+        out = list(hits)
+        if self.spec.fragile and draw(self.record_id, self.rollout_seed, "call", call) < self.visible_failure:
+            kept = [h for h in out if h.passage.id not in self.spec.fragile]
+            if len(kept) < len(out):
+                self.failed_calls.append(call)
+            out = kept
+        if self.silent:
+            out = [dataclasses.replace(h, passage=dataclasses.replace(h.passage, text=self.spec.swap[h.passage.id]))
+                   if h.passage.id in self.spec.swap else h for h in out]
+        return out
+
+
+__all__ = ["NOISE_FILE", "NoiseFileError", "NoiseTable", "QuestionNoise", "RolloutNoise", "draw", "load_noise"]
