@@ -12,6 +12,14 @@ the queries it ran and the passage ids each returned, which rewards and metrics 
 rollout. TRL's ``environment_factory`` takes a zero-argument callable; `search_env_factory`
 returns one (a `functools.partial`), so two runs in one process never share settings.
 
+With ``RolloutSettings.world_noise`` (a world v2's noise.json), the tool applies the world's search
+noise (`awarl.data.world_noise`): silent conflicting passages drawn once per rollout and visible
+failures drawn per call, both seeded by (record id, rollout seed). The rollout seed is the row's
+``rollout_seed`` column when the caller passes one (the runner does: capability p_i and evaluation
+give sample k of a record the same seed for the same run seed); otherwise it counts the rollouts of
+each record id made by this factory's environments (TRL's GRPO rollouts: 0, 1, 2, ... per question).
+Records the table does not list (real data, chatbot questions) get the index's results unchanged.
+
     >>> from awarl.search.bm25 import BM25Index
     >>> from awarl.data.records import Passage
     >>> index = BM25Index.build([Passage("d1", "Paris", "Paris is the capital of France."),
@@ -53,17 +61,25 @@ class SearchEnv:
         queries: every query that was searched, in order.
         retrieved: for each query, the ids of the passages it returned.
         over_budget: search calls refused because the budget was spent.
+        rollout_seed: the seed of this rollout's tool-side draws (world noise).
         record_id, question, answers, answerable, supporting, passages, p: the row's columns.
     """
 
     _checked_classes: set[type] = set()
 
-    def __init__(self, retriever: Retriever, settings: RolloutSettings | None = None) -> None:
+    def __init__(self, retriever: Retriever, settings: RolloutSettings | None = None,
+                 rollouts: dict[str, int] | None = None) -> None:
         if not isinstance(retriever, Retriever):
             raise TypeError(f"retriever must implement search/get_passage/__len__, got {type(retriever).__name__}")
         _check_tool_schema(type(self))
         self._retriever = retriever
         self._settings = settings or RolloutSettings()
+        self._rollouts = {} if rollouts is None else rollouts  # record id -> rollouts started (shared by a factory)
+        self._noise_table = None
+        if self._settings.world_noise:
+            from awarl.data.world_noise import load_noise
+
+            self._noise_table = load_noise(str(self._settings.world_noise))
         self._start({})
 
     @property
@@ -79,6 +95,16 @@ class SearchEnv:
             raise ValueError(f"row {row.get('id')!r}: closed scope needs the record's 'passages' column (a list of passage ids)")
         self._start(row)
         self._allowed = list(row["passages"]) if scope == "closed" else None
+        seed = row.get("rollout_seed")
+        if seed is None:
+            key = str(row.get("id"))
+            seed = self._rollouts.get(key, 0)
+            self._rollouts[key] = seed + 1
+        self.rollout_seed = int(seed)
+        if self._noise_table is not None:
+            from awarl.data.world_noise import RolloutNoise
+
+            self._noise = RolloutNoise(self._noise_table, row.get("id"), self.rollout_seed)
 
     def search(self, query: str) -> str:
         """Search the passage collection for evidence.
@@ -98,6 +124,8 @@ class SearchEnv:
             return BUDGET_MESSAGE.format(n=len(self.queries))
         allowed = None if self._allowed is None else [self._allowed]
         hits = self._retriever.search([query], self._settings.topk, allowed=allowed)[0]
+        if self._noise is not None:
+            hits = self._noise.apply(hits)
         self.queries.append(query)
         self.retrieved.append([h.passage.id for h in hits])
         return render(hits, self._settings.passage_words) if hits else NO_RESULTS_MESSAGE
@@ -113,7 +141,9 @@ class SearchEnv:
         self.supporting = list(row.get("supporting") or [])
         self.passages = list(row.get("passages") or [])
         self.p = row.get("p")
+        self.rollout_seed: int | None = None
         self._allowed: list[str] | None = None
+        self._noise: Any = None  # awarl.data.world_noise.RolloutNoise of this rollout, when world_noise is set
 
 
 def _check_tool_schema(cls: type[SearchEnv]) -> None:
@@ -150,7 +180,7 @@ def search_env_factory(retriever: Retriever, settings: RolloutSettings | None = 
     (TRL's ``environment_factory`` contract; the runner takes the same)."""
     settings = settings or RolloutSettings()
     _check_tool_schema(SearchEnv)
-    return functools.partial(SearchEnv, retriever, settings)
+    return functools.partial(SearchEnv, retriever, settings, {})
 
 
 __all__ = ["SearchEnv", "search_env_factory", "tool_schema", "BUDGET_MESSAGE", "NO_RESULTS_MESSAGE", "EMPTY_QUERY_MESSAGE"]

@@ -66,6 +66,11 @@ class RolloutSettings:
                                       "with f1 the reward pays the F1 of an answer.", default="em")
     refusal_phrases: tuple[str, ...] = doc("Answers that count as abstentions; empty = the protocol's "
                                            "defaults.", default=())
+    world_noise: str | None = doc("A synthetic world's noise.json (world v2 writes it beside its corpus): the search "
+                                  "tool then returns the listed questions' country passages silently corrupted "
+                                  "(probability f per rollout) or leaves them out (per call), seeded per (record id, "
+                                  "rollout seed). null: results as the index ranks them (real data; the chatbot "
+                                  "serves so).", default=None)
 
     def __post_init__(self) -> None:
         if self.topk < 1:
@@ -78,6 +83,8 @@ class RolloutSettings:
             raise ConfigError(f"max_completion_tokens must be >= 1, got {self.max_completion_tokens}")
         if self.system_prompt is not None and not self.system_prompt.strip():
             raise ConfigError("system_prompt is empty: leave it null for the protocol's prompt")
+        if self.world_noise is not None and not str(self.world_noise).strip():
+            raise ConfigError("world_noise is empty: leave it null for a search tool without noise")
         object.__setattr__(self, "refusal_phrases", tuple(self.refusal_phrases))
 
     # -- the values the agent really runs with ---------------------------------------------------------------
