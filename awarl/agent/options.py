@@ -40,6 +40,7 @@ _OPTION_TYPES: dict[str, tuple[str, Any]] = {
     "max_completion_tokens": ("--max-completion-tokens", int),
     "metric": ("--metric", str),
     "refusal_phrases": ("--refusal-phrase", list[str]),
+    "chat_template": ("--chat-template", str),
     "world_noise": ("--world-noise", str),
 }
 

@@ -66,6 +66,10 @@ class RolloutSettings:
                                       "with f1 the reward pays the F1 of an answer.", default="em")
     refusal_phrases: tuple[str, ...] = doc("Answers that count as abstentions; empty = the protocol's "
                                            "defaults.", default=())
+    chat_template: Literal["model", "qwen2_5"] = doc(
+        "Chat template of every conversation: model = the model's own (it must render tool calls); qwen2_5 = "
+        "TRL's Qwen2.5 tool template (byte-identical, so TRL's tool loop recognises it) for models whose own "
+        "template has no tool calling, e.g. SmolLM2 (awarl.agent.chat_template).", default="model")
     world_noise: str | None = doc("A synthetic world's noise.json (world v2 writes it beside its corpus): the search "
                                   "tool then returns the listed questions' country passages silently corrupted "
                                   "(probability f per rollout) or leaves them out (per call), seeded per (record id, "

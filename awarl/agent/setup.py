@@ -70,6 +70,10 @@ def build_runner(backend: Any, retriever: Retriever, rollout: RolloutSettings, *
     warning = rollout.budget_warning()
     if warning:
         log.warning(warning)
+    if backend.accepts == "tokens":  # a chat backend (OpenAI-compatible server) templates on its side
+        from awarl.agent.chat_template import use_chat_template
+
+        use_chat_template(backend.tokenizer, rollout.chat_template, getattr(backend, "name", "the model"))
     return Runner(backend, search_env_factory(retriever, rollout),
                   RunnerConfig(rollout=rollout, temperature=temperature, seed=seed, max_concurrent=max_concurrent))
 

@@ -196,6 +196,8 @@ def load_model_and_tokenizer(config: TrainConfig, path: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from awarl.agent.chat_template import use_chat_template
+
     path = path or config.grpo_start()
     if not path:
         raise ConfigError("model.path is empty: set it to a model folder or hub id")
@@ -214,8 +216,7 @@ def load_model_and_tokenizer(config: TrainConfig, path: str | None = None):
     except OSError as exc:
         raise ConfigError(f"{path}: cannot load a tokenizer: not a local model folder, and not a hub id in the local "
                           f"cache (runs here are offline): {str(exc).splitlines()[0]}") from None
-    if not tokenizer.chat_template:
-        raise ConfigError(f"{path}: the tokenizer has no chat template; the tool loop needs one (an Instruct model)")
+    use_chat_template(tokenizer, config.rollout.chat_template, path)  # the same template in SFT, p_i, GRPO, eval, chat
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return model, tokenizer
 
@@ -258,6 +259,7 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
     from trl import GRPOTrainer
 
     from awarl.train.callbacks import HyperparameterCallback, PenaltyStateCallback, SummaryCallback, configure_logging
+    from awarl.train.rollout_checks import guard_rollouts
 
     config.check_trainer_fields()
     out = output_dir or config.output_dir
@@ -287,6 +289,7 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
         callbacks=callbacks,
     )
     freeze_penalty_during_evaluation(trainer, stateful)
+    guard_rollouts(trainer)  # trained ids == sampled ids + tool suffixes, per-rollout budget; logs env/truncated
     return trainer, stateful
 
 
