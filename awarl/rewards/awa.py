@@ -1,34 +1,39 @@
 """The answer/abstain reward: AWA-RL refusal shaping with the dynamic penalty, or a baseline.
 
 `AnswerAbstainReward` is a TRL reward function, ``f(prompts, completions, completion_ids=None,
-**kw) -> list[float]``, called once per generation batch on every process. Per rollout:
+**kw) -> list[float]``, called once per generation batch on every process. What each rollout
+earns comes from the kind's record in the registry (`awarl.rewards.kinds.KINDS`):
 
-- answered: the outcome reward (`awarl.rewards.outcome`);
-- abstained (kind ``awa``): ``R_base(q) − P_t``, capped at ``1 − p_clip^γ`` unless
-  ``cap_abstain`` is off; with ``abstain_requires_search`` an abstention before any search
-  scores as a wrong answer;
-- abstained (kind ``static`` / ``ternary`` / ``none``): the baseline's value.
+- answered: the kind's answer rule (the outcome reward, `awarl.rewards.outcome`, or ternary's
+  values), plus the attempt bonus ``λ·p^γ`` on parsable answers when ``attempt_bonus`` is on;
+- abstained: the kind's abstain rule; for ``awa`` ``R_base(q) − P_t``, capped at ``1 − p_clip^γ``
+  (``cap_abstain``) and floored at ``r_wrong`` (``floor_abstain``); with
+  ``abstain_requires_search`` an abstention before any search scores as a wrong answer.
 
 P_t comes from `DynamicPenalty`, updated exactly once per call from the observed and expected
 refusal rates of the GLOBAL batch (every process gathers the same rows, so every process
-computes the same P_t). The expected rate agrees with what the rewards pay: when a citation
-reward is attached, the value of answering a query of capability p is
-``p·(r_correct + c̄_correct) + (1 − p)·(r_wrong + c̄_wrong)``, where c̄ is the batch's mean weighted
-citation term on correct (and, with ``cite_on: answered``, wrong) answers — so the controller
-does not aim at a refusal rate the rewards do not favour.
+computes the same P_t), under the anti-windup guard the settings name. The expected rate agrees
+with what the rewards pay: when a citation reward is attached, the value of answering a query of
+capability p is ``p·(r_correct + c̄_correct) + (1 − p)·(r_wrong + c̄_wrong) + λ·p^γ``, where c̄ is the
+batch's mean weighted citation term on correct (and, with ``cite_on: answered``, wrong) answers.
+
+Every row of the gathered batch carries what its reward depends on, so every process computes the
+reward of every rollout: the group diagnostics (all-abstain, zero-advantage and three-outcome
+groups) come from the whole batch although TRL hands each process only its slice.
 
 What counts as correct and which phrases are abstentions come from the rollout settings
 (`awarl.agent.settings.RolloutSettings`: ``metric``, ``refusal_phrases``), the very settings
 p_i was measured with. Dataset columns read from ``kw``: ``answers`` (list of gold strings),
-``answerable`` (default True), ``p`` (capability; ``p_i`` is accepted too; needed by ``awa``),
-``id`` (groups rollouts of one prompt; the prompt itself otherwise). ``environments`` (SearchEnv
-instances with a ``queries`` list) or an ``n_search`` column give the searches per rollout.
-``log_metric`` receives every term under ``awa/…`` and ``env/…`` (docs/metrics.md);
-``log_extra`` an ``outcome`` column (correct / wrong / unparsable / abstain) for TRL's table.
+``answerable`` (default True), ``p`` (capability; ``p_i`` is accepted too; needed by ``awa`` and
+the attempt bonus), ``id`` (groups rollouts of one prompt; the prompt itself otherwise).
+``environments`` (SearchEnv instances with a ``queries`` list) or an ``n_search`` column give the
+searches per rollout. ``log_metric`` receives every term under ``awa/…`` and ``env/…``
+(docs/metrics.md); ``log_extra`` an ``outcome`` column (correct / wrong / unparsable / abstain).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,21 +42,26 @@ from typing import Any
 import numpy as np
 
 from awarl.agent.settings import RolloutSettings
-from awarl.rewards.baselines import baseline_reward
 from awarl.rewards.batch import (
     OUTCOME_CODES,
     RolloutRow,
-    all_abstain_share,
     batch_metrics,
+    distributed_world,
     gather_rows,
     group_key,
+    group_shares,
 )
 from awarl.rewards.config import RewardConfig
-from awarl.rewards.outcome import Verdict, judge_completion, outcome_reward
+from awarl.rewards.kinds import AbstainValue, RewardKindSpec
+from awarl.rewards.outcome import Verdict, judge_completion
 from awarl.rewards.penalty import DynamicPenalty
-from awarl.rewards.refusal import expected_refusal_rate, refusal_base_rewards
+from awarl.rewards.refusal import expected_refusal_rate
+
+log = logging.getLogger(__name__)
 
 _OUTCOME_NAMES = {code: name for name, code in OUTCOME_CODES.items()}
+_ABSTAIN = OUTCOME_CODES["abstain"]
+_ANSWERS = (OUTCOME_CODES["correct"], OUTCOME_CODES["wrong"])  # parsable answers (the attempt bonus pays these)
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,12 @@ class BatchStats:
     updated: bool
     answer_value_correct: float = 1.0
     abstain_capped: float | None = None
+    abstain_floored: float | None = None
+    zero_advantage_groups: float | None = None
+    three_outcome_groups: float | None = None
+    windup_held: bool | None = None
+    attempt_bonus: float | None = None
+    collapse_warning: bool = False
 
     def metrics(self) -> dict[str, float]:
         """The namespaced metric keys of docs/metrics.md (terms that are unknown are left out)."""
@@ -85,9 +101,15 @@ class BatchStats:
             "awa/accuracy": self.accuracy,
             "awa/ra_f1": self.ra_f1,
             "awa/all_abstain_groups": self.all_abstain_groups,
+            "awa/zero_advantage_groups": self.zero_advantage_groups,
+            "awa/three_outcome_groups": self.three_outcome_groups,
             "env/searches_per_rollout": self.searches_per_rollout,
             "awa/answer_value_correct": self.answer_value_correct,
             "awa/abstain_capped": self.abstain_capped,
+            "awa/abstain_floored": self.abstain_floored,
+            "awa/windup_held": self.windup_held,
+            "awa/attempt_bonus": self.attempt_bonus,
+            "awa/collapse_warning": self.collapse_warning,
         }
         return {k: float(v) for k, v in out.items() if v is not None}
 
@@ -96,8 +118,9 @@ class AnswerAbstainReward:
     """AWA-RL reward (or a baseline) as a picklable TRL reward function with state.
 
     ``.penalty`` is the `DynamicPenalty`; ``state_dict()`` / ``load_state_dict()`` save and
-    restore it with checkpoints; set ``.frozen = True`` during evaluation so eval batches use
-    P_t without moving it. ``.last`` holds the `BatchStats` of the latest call.
+    restore it (and the collapse watch) with checkpoints; set ``.frozen = True`` during evaluation
+    so eval batches use P_t without moving it. ``.last`` holds the `BatchStats` of the latest call;
+    ``.collapse_message`` the warning of a lasting refusal collapse (None while there is none).
     """
 
     def __init__(self, cfg: RewardConfig, rollout: RolloutSettings | None = None, citation: Any = None):
@@ -106,31 +129,25 @@ class AnswerAbstainReward:
         self.metric = self.rollout.metric
         self.phrases = self.rollout.phrases
         self.citation = citation  # a CitationReward whose terms the expected rate accounts for
-        self.penalty = DynamicPenalty(cfg.beta, cfg.tau, cfg.delta, cfg.max_penalty)
+        self.penalty = DynamicPenalty(cfg.beta, cfg.tau, cfg.delta, cfg.max_penalty,
+                                      min_penalty=cfg.min_penalty if cfg.anti_windup == "bound" else None)
         self.frozen = False
         self.last: BatchStats | None = None
+        self.collapse_streak = 0  # generation batches in a row with all-abstain groups above collapse_warn_share
+        self.collapse_message: str | None = None
         # TRL names a reward (and its `rewards/<name>/…` metrics) after `__name__`.
-        self.__name__ = "awa_reward" if cfg.kind == "awa" else f"{cfg.kind}_reward"
+        self.__name__ = cfg.spec.reward_name
+
+    @property
+    def spec(self) -> RewardKindSpec:
+        """The registry record of the configured kind."""
+        return self.cfg.spec
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Any = None,
                  **kw: Any) -> list[float]:
-        n = len(completions)
-        verdicts = self.score(completions, kw)
-        p = _capabilities(kw, n, required=self.cfg.kind == "awa")
-        searches = _searches(kw, n)
-        if self.cfg.abstain_requires_search and searches is None:
-            raise ValueError("abstain_requires_search needs the search count of every rollout: pass "
-                             "`environments` (SearchEnv with .queries) or an `n_search` column")
-        ids = kw.get("id") or [None] * n
-        cite = self._citation_terms(prompts, completions, verdicts, kw)
-        rows = [RolloutRow(group=group_key(ids[i], prompts[i] if i < len(prompts) else None),
-                           outcome=OUTCOME_CODES[verdicts[i].score.outcome],
-                           p=float(p[i]) if p is not None else math.nan,
-                           searches=int(searches[i]) if searches is not None else -1,
-                           cite=cite[i])
-                for i in range(n)]
+        rows, verdicts = self.rows(prompts, completions, kw)
         stats = self.update(gather_rows(rows))
-        rewards = self.rewards(verdicts, p, searches, stats.penalty)
+        rewards = [self.row_reward(row, stats.penalty)[0] for row in rows]
         log_metric: Callable[[str, float], None] | None = kw.get("log_metric")
         if log_metric is not None:
             for name, value in stats.metrics().items():
@@ -139,6 +156,28 @@ class AnswerAbstainReward:
         if log_extra is not None:  # a column of TRL's completions table
             log_extra("outcome", [v.score.outcome for v in verdicts])
         return rewards
+
+    def rows(self, prompts: Sequence[Any], completions: Sequence[Any],
+             kw: dict[str, Any]) -> tuple[list[RolloutRow], list[Verdict]]:
+        """This process's rollouts as `RolloutRow`s: everything their rewards and the batch statistics need."""
+        n = len(completions)
+        verdicts = self.score(completions, kw)
+        p = _capabilities(kw, n, required=self.cfg.needs_p)
+        searches = _searches(kw, n)
+        if self.cfg.abstain_requires_search and searches is None:
+            raise ValueError("abstain_requires_search needs the search count of every rollout: pass "
+                             "`environments` (SearchEnv with .queries) or an `n_search` column")
+        ids = kw.get("id") or [None] * n
+        cite = self._citation_terms(prompts, completions, verdicts, kw)
+        rows = []
+        for i, verdict in enumerate(verdicts):
+            p_i = float(p[i]) if p is not None else math.nan
+            rows.append(RolloutRow(group=group_key(ids[i], prompts[i] if i < len(prompts) else None),
+                                   outcome=OUTCOME_CODES[verdict.score.outcome], p=p_i,
+                                   searches=int(searches[i]) if searches is not None else -1, cite=cite[i],
+                                   answerable=verdict.answerable,
+                                   answer_reward=math.nan if verdict.abstained else self.answer_reward(verdict, p_i)))
+        return rows, verdicts
 
     def score(self, completions: Sequence[Any], kw: dict[str, Any]) -> list[Verdict]:
         """Parse and score every completion with the protocol's scorer."""
@@ -156,6 +195,28 @@ class AnswerAbstainReward:
             verdicts.append(judge_completion(completion, golds, answerable=bool(answerable[i]),
                                              metric=self.metric, phrases=self.phrases))
         return verdicts
+
+    def answer_reward(self, verdict: Verdict, p: float) -> float:
+        """What an answered (or unparsable) rollout earns: the kind's answer rule, plus the attempt
+        bonus ``λ·p^γ`` on a parsable answer when ``attempt_bonus`` is on."""
+        value = self.spec.answer(verdict.score, self.cfg, self.metric)
+        return value + self.attempt_bonus(verdict.score.outcome, p)
+
+    def attempt_bonus(self, outcome: str, p: float) -> float:
+        """``λ·p^γ`` for a parsable answer (correct or wrong) when the bonus is on, else 0."""
+        if not self.cfg.attempt_bonus or outcome not in ("correct", "wrong"):
+            return 0.0
+        return self.cfg.attempt_bonus_lambda * p ** self.cfg.gamma
+
+    def row_reward(self, row: RolloutRow, penalty: float) -> tuple[float, AbstainValue | None]:
+        """The reward of one gathered row under ``penalty``, and the shaped abstain value (None where the
+        row is an answer or an abstention before any search under ``abstain_requires_search``)."""
+        if row.outcome != _ABSTAIN:
+            return row.answer_reward, None
+        if self.cfg.abstain_requires_search and row.searches == 0:
+            return self.cfg.r_wrong, None
+        shaped = self.spec.abstain(self.cfg, row.p, penalty, row.answerable)
+        return shaped.value, shaped
 
     def _citation_terms(self, prompts: Sequence[Any], completions: Sequence[Any], verdicts: Sequence[Verdict],
                         kw: dict[str, Any]) -> list[float]:
@@ -175,25 +236,28 @@ class AnswerAbstainReward:
                 self.cfg.r_wrong + (sum(wrong) / len(wrong) if wrong else 0.0))
 
     def update(self, rows: Sequence[RolloutRow]) -> BatchStats:
-        """Global statistics of one generation batch; moves the penalty once (kind awa, not frozen)."""
+        """Global statistics of one generation batch; moves the penalty once (a controlled kind, not frozen)."""
         if not rows:
             raise ValueError("the reward got an empty generation batch")
+        cfg = self.cfg
         metrics = batch_metrics([_OUTCOME_NAMES[r.outcome] for r in rows])
         p = np.array([r.p for r in rows], dtype=np.float64)
-        expected = None
-        cfg = self.cfg
         value_correct, value_wrong = self.answer_values(rows)
+        expected = None
         if not np.isnan(p).any():
-            expected = expected_refusal_rate(p, cfg.p_clip, cfg.gamma, value_correct, value_wrong)
-        updated = cfg.kind == "awa" and not self.frozen and expected is not None
+            expected = expected_refusal_rate(p, cfg.p_clip, cfg.gamma, value_correct, value_wrong,
+                                             cfg.attempt_bonus_lambda if cfg.attempt_bonus else 0.0)
+        updated = self.spec.controlled and not self.frozen and expected is not None
+        held = None
         if updated:
-            self.penalty.update(metrics.refusal_rate, expected)
+            held = cfg.anti_windup == "freeze" and self._cap_binds(rows)
+            self.penalty.update(metrics.refusal_rate, expected, hold_negative=held)
+        paid = [self.row_reward(row, self.penalty.value) for row in rows]
+        shaped = [value for _, value in paid if value is not None]
+        totals = [reward + (0.0 if math.isnan(row.cite) else row.cite) for (reward, _), row in zip(paid, rows)]
+        groups = group_shares(rows, totals)
+        bonus = [self.attempt_bonus(_OUTCOME_NAMES[r.outcome], r.p) for r in rows if r.outcome in _ANSWERS]
         searches = [r.searches for r in rows]
-        capped = None
-        abstain_p = [r.p for r in rows if r.outcome == OUTCOME_CODES["abstain"]]
-        if cfg.kind == "awa" and abstain_p and not np.isnan(abstain_p).any():
-            values = refusal_base_rewards(abstain_p, cfg.p_clip, cfg.gamma) - self.penalty.value
-            capped = float((values > cfg.abstain_cap + 1e-12).mean())
         self.last = BatchStats(
             n=len(rows),
             refusal_rate=metrics.refusal_rate,
@@ -204,45 +268,72 @@ class AnswerAbstainReward:
             precision=metrics.precision,
             accuracy=metrics.accuracy,
             ra_f1=metrics.ra_f1,
-            all_abstain_groups=all_abstain_share(rows),
+            all_abstain_groups=None if groups is None else groups.all_abstain,
             searches_per_rollout=None if min(searches) < 0 else sum(searches) / len(searches),
             updated=updated,
             answer_value_correct=value_correct,
-            abstain_capped=capped,
+            abstain_capped=_share([v.capped for v in shaped]) if self.spec.controlled else None,
+            abstain_floored=_share([v.floored for v in shaped]) if self.spec.controlled else None,
+            zero_advantage_groups=None if groups is None else groups.zero_advantage,
+            three_outcome_groups=None if groups is None else groups.three_outcome,
+            windup_held=held,
+            attempt_bonus=(sum(bonus) / len(bonus) if bonus else 0.0) if cfg.attempt_bonus else None,
+            collapse_warning=self._watch_collapse(None if groups is None else groups.all_abstain),
         )
         return self.last
 
-    def rewards(self, verdicts: Sequence[Verdict], p: np.ndarray | None, searches: Sequence[int] | None,
-                penalty: float) -> list[float]:
-        """Per-rollout rewards of this process's slice, given the batch's penalty."""
+    def _cap_binds(self, rows: Sequence[RolloutRow]) -> bool:
+        """Whether the cap binds on ≥ ``windup_share`` of the batch's shaped abstentions under the current P_t."""
+        values = [self.row_reward(row, self.penalty.value)[1] for row in rows if row.outcome == _ABSTAIN]
+        capped = [v.capped for v in values if v is not None]
+        return bool(capped) and sum(capped) >= self.cfg.windup_share * len(capped)
+
+    def _watch_collapse(self, all_abstain: float | None) -> bool:
+        """Count training batches in a row whose all-abstain share exceeds ``collapse_warn_share``; at
+        ``collapse_warn_batches`` (and every as many batches after) warn loudly, saying what to change."""
+        if self.frozen:
+            return self.collapse_message is not None
         cfg = self.cfg
-        base = refusal_base_rewards(p, cfg.p_clip, cfg.gamma) if cfg.kind == "awa" else None
-        out = []
-        for i, verdict in enumerate(verdicts):
-            if not verdict.abstained:
-                if cfg.kind == "awa":
-                    out.append(outcome_reward(verdict.score, r_correct=cfg.r_correct, r_wrong=cfg.r_wrong,
-                                              outcome=self.metric))
-                else:
-                    out.append(baseline_reward(verdict.score, cfg, metric=self.metric))
-            elif cfg.abstain_requires_search and searches is not None and searches[i] == 0:
-                out.append(cfg.r_wrong)
-            elif cfg.kind == "awa":
-                value = float(base[i]) - penalty
-                out.append(min(value, cfg.abstain_cap) if cfg.cap_abstain else value)
-            else:
-                out.append(baseline_reward(verdict.score, cfg, metric=self.metric, answerable=verdict.answerable))
-        return out
+        if all_abstain is None or all_abstain <= cfg.collapse_warn_share:
+            self.collapse_streak = 0
+            self.collapse_message = None
+            return False
+        self.collapse_streak += 1
+        if self.collapse_streak < cfg.collapse_warn_batches:
+            return False
+        self.collapse_message = collapse_advice(self.collapse_streak, all_abstain, cfg)
+        if self.collapse_streak % cfg.collapse_warn_batches == 0 and distributed_world()[0] == 0:
+            log.warning(self.collapse_message)
+        return True
 
     def state_dict(self) -> dict[str, Any]:
-        """The penalty state (Ē, P, last E, step): save it with every checkpoint."""
-        return self.penalty.state_dict()
+        """The penalty state (Ē, P, last E, step) and the collapse watch: save it with every checkpoint."""
+        return {**self.penalty.state_dict(), "collapse_streak": self.collapse_streak}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        streak = state.pop("collapse_streak", 0)
+        if isinstance(streak, bool) or not isinstance(streak, int) or streak < 0:
+            raise ValueError(f"penalty state: 'collapse_streak' must be a whole number >= 0, got {streak!r}")
         self.penalty.load_state_dict(state)
+        self.collapse_streak = streak
 
     def __repr__(self) -> str:
         return f"AnswerAbstainReward(kind={self.cfg.kind!r}, penalty={self.penalty!r})"
+
+
+def collapse_advice(streak: int, share: float, cfg: RewardConfig) -> str:
+    """The loud warning of a lasting refusal collapse, with what to change."""
+    return (f"REFUSAL COLLAPSE: {share:.0%} of the prompt groups abstained on every rollout, more than "
+            f"{cfg.collapse_warn_share:.0%} for {streak} generation batches in a row. GRPO learns nothing from "
+            f"such a group (equal rewards, zero advantage), so this state does not fix itself. Change: turn on "
+            f"generation encouragement (reward.attempt_bonus: true) or adaptive p_i (reward.adaptive_p: true); "
+            f"start GRPO from a stronger base (more SFT steps, or fewer abstentions in the SFT data); or lower "
+            f"reward.gamma / use reward.kind: none to see whether the policy can answer at all.")
+
+
+def _share(flags: Sequence[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
 
 
 def _column(kw: dict[str, Any], name: str, n: int) -> Sequence[Any]:

@@ -31,6 +31,8 @@ class RolloutRow:
     p: float            # capability of the query; NaN when unknown
     searches: int       # search calls; -1 when unknown
     cite: float = float("nan")  # weighted citation term paid to this rollout; NaN when none is paid
+    answerable: bool = True
+    answer_reward: float = float("nan")  # what an answer earns (kind's rule + attempt bonus); NaN for abstentions
 
 
 def batch_metrics(outcomes: Sequence[str]) -> Metrics:
@@ -55,14 +57,48 @@ def group_key(row_id: Any, prompt: Any) -> int:
 def all_abstain_share(rows: Sequence[RolloutRow]) -> float | None:
     """Share of prompt groups (with ≥ 2 rollouts) in which every rollout abstained: GRPO gives
     them zero advantage whatever the penalty says. None when no group has 2 rollouts."""
+    shares = group_shares(rows, [0.0] * len(rows))
+    return None if shares is None else shares.all_abstain
+
+
+@dataclass(frozen=True)
+class GroupShares:
+    """How the prompt groups (≥ 2 rollouts, keyed by `group_key`) of one generation batch look to GRPO."""
+
+    groups: int
+    all_abstain: float     # every rollout abstained: zero advantage whatever P_t says (collapse is absorbing)
+    zero_advantage: float  # every rollout earned the same total reward: no gradient from this group
+    three_outcome: float   # correct, wrong (or unparsable) and abstain all present: where arms differ
+
+
+_ZERO_STD = 1e-9  # rewards closer than this count as equal (GRPO divides by std + 1e-4)
+
+
+def group_shares(rows: Sequence[RolloutRow], totals: Sequence[float]) -> GroupShares | None:
+    """`GroupShares` of the gathered rows, ``totals[i]`` being the total reward of ``rows[i]`` (the sum
+    GRPO normalises within the group). None when no group has 2 rollouts.
+
+    >>> rows = [RolloutRow(1, 3, 0.0, 1), RolloutRow(1, 3, 0.0, 1), RolloutRow(2, 0, 0.5, 1),
+    ...         RolloutRow(2, 1, 0.5, 1), RolloutRow(2, 3, 0.5, 1)]
+    >>> group_shares(rows, [0.3, 0.3, 1.0, 0.0, 0.4])
+    GroupShares(groups=2, all_abstain=0.5, zero_advantage=0.5, three_outcome=0.5)
+    """
     by_group: dict[int, list[int]] = defaultdict(list)
-    for row in rows:
-        by_group[row.group].append(row.outcome)
-    groups = [outs for outs in by_group.values() if len(outs) >= 2]
+    for i, row in enumerate(rows):
+        by_group[row.group].append(i)
+    groups = [members for members in by_group.values() if len(members) >= 2]
     if not groups:
         return None
-    abstain = OUTCOME_CODES["abstain"]
-    return sum(all(o == abstain for o in outs) for outs in groups) / len(groups)
+    abstain, correct = OUTCOME_CODES["abstain"], OUTCOME_CODES["correct"]
+    all_abstain = zero = three = 0
+    for members in groups:
+        outcomes = {rows[i].outcome for i in members}
+        values = [totals[i] for i in members]
+        all_abstain += outcomes == {abstain}
+        zero += max(values) - min(values) <= _ZERO_STD
+        three += abstain in outcomes and correct in outcomes and bool(outcomes - {abstain, correct})
+    n = len(groups)
+    return GroupShares(n, all_abstain / n, zero / n, three / n)
 
 
 def distributed_world() -> tuple[int, int]:

@@ -6,7 +6,8 @@ redundancy the share of cited passages that are not needed. Abstentions and unpa
 get None (no citation term). Which passages are *needed* comes from a judge:
 
 - `GoldJudge`: the dataset's supporting passages (``supporting`` column); a question without
-  any supporting passage (e.g. an unanswerable one) is not judged;
+  any supporting passage is not judged, and an unanswerable record (``answerable: false``) is
+  never judged, whatever passages it carries;
 - `LLMJudge`: an OpenAI-compatible chat endpoint (a vLLM server, a hosted API) reads the
   question, the answer and the passages the agent saw or cited, and names the needed ones as
   strict JSON ``{"needed": [ids]}``, through `awarl.llm.openai_chat` (concurrent, bounded, with
@@ -287,7 +288,8 @@ class CitationReward:
 
     Which answers are rewarded is ``cite_on``: ``correct`` (default) pays only correct answers, so
     citing the right passages never makes a wrong answer worth more than abstaining;
-    ``answered`` pays every answer (kept for ablations). Columns read from ``kw``: ``answers`` and
+    ``answered`` pays every answer to an answerable question (kept for ablations). A record with
+    ``answerable: false`` is never paid the term. Columns read from ``kw``: ``answers`` and
     ``answerable`` (to know which answers are correct), ``supporting`` (gold judge), ``question``
     (else the prompt's last user message), ``environments`` (SearchEnv with ``.retrieved``, the
     passages the LLM judge may count as needed). Logs ``cite/…`` metrics.
@@ -329,7 +331,12 @@ class CitationReward:
                verdicts: Sequence[Any] | None = None) -> tuple[dict[int, CitationJudgment | None], list[int]]:
         n = len(completions)
         parsed = [parse_final(c, self.phrases) for c in completions]
-        rewarded = [i for i, p in enumerate(parsed) if p.parsable and not p.abstained]
+        answerable = kw.get("answerable") or [True] * n
+        if len(answerable) != n:
+            raise ValueError(f"reward column 'answerable' has {len(answerable)} values for {n} completions")
+        # An unanswerable record has nothing to cite: its passages (e.g. the person's own page) do not
+        # support any answer, so a hallucinated answer citing them is never paid (also under cite_on: answered).
+        rewarded = [i for i, p in enumerate(parsed) if p.parsable and not p.abstained and bool(answerable[i])]
         if self.cfg.cite_on == "correct":
             outcomes = ([v.score.outcome for v in verdicts] if verdicts is not None
                         else self._outcomes(parsed, kw, n))
@@ -400,11 +407,12 @@ def build_judge(cfg: RewardConfig) -> GoldJudge | LLMJudge:
     if cfg.judge == "gold":
         return GoldJudge()
     if cfg.judge == "llm":
-        api_key = os.environ.get(cfg.judge_api_key_env) if cfg.judge_api_key_env else None
-        if cfg.judge_api_key_env and not api_key:
-            raise ValueError(f"judge_api_key_env names ${cfg.judge_api_key_env}, which is not set")
-        return LLMJudge(cfg.judge_base_url, cfg.judge_model, api_key=api_key, timeout_s=cfg.judge_timeout_s,
-                        max_retries=cfg.judge_max_retries, backoff_s=cfg.judge_backoff_s,
-                        concurrency=cfg.judge_concurrency, cache_path=cfg.judge_cache_path,
-                        json_mode=cfg.judge_json_mode, max_passage_chars=cfg.judge_max_passage_chars)
+        judge = cfg.llm_judge
+        api_key = os.environ.get(judge.api_key_env) if judge.api_key_env else None
+        if judge.api_key_env and not api_key:
+            raise ValueError(f"reward.llm_judge.api_key_env names ${judge.api_key_env}, which is not set")
+        return LLMJudge(judge.base_url, judge.model, api_key=api_key, timeout_s=judge.timeout_s,
+                        max_retries=judge.max_retries, backoff_s=judge.backoff_s, concurrency=judge.concurrency,
+                        cache_path=judge.cache_path, json_mode=judge.json_mode,
+                        max_passage_chars=judge.max_passage_chars)
     raise ValueError(f"no citation judge for judge={cfg.judge!r}")

@@ -1,7 +1,8 @@
 """Outcome reward: what an answered rollout earns, from the one scorer in `awarl.protocol`.
 
 - correct (EM, the default): ``r_correct``; with ``outcome: f1`` an answer earns
-  ``r_wrong + (r_correct − r_wrong) · F1`` instead, so partial answers get partial credit;
+  ``r_wrong + (r_correct − r_wrong) · F1`` instead, so partial answers get partial credit, except
+  a hedged answer (longer than the gold it matches, `awarl.protocol.hedges`), which earns ``r_wrong``;
 - wrong, no parsable answer, or any answer to an unanswerable question: ``r_wrong``.
 
 Abstentions are not scored here: their reward is the refusal shaping's (or a baseline's).
@@ -60,5 +61,7 @@ def outcome_reward(verdict_score: Score, *, r_correct: float = 1.0, r_wrong: flo
     if verdict_score.outcome == "unparsable":
         return r_wrong
     if outcome == "f1":
+        if verdict_score.hedged:  # F1 reached only by listing candidates: no partial credit (protocol.hedges)
+            return r_wrong
         return r_wrong + (r_correct - r_wrong) * verdict_score.f1
     return r_correct if verdict_score.outcome == "correct" else r_wrong

@@ -3,8 +3,9 @@
 docs/rewards.md ("Formulas"): ``R_base(q) = 1 - max(p_q, p_clip)^gamma``, where ``p_q`` is the capability
 estimate (share of the base model's rollouts judged correct) and ``gamma`` in (0, 1] is the
 courage factor. Refusing is the better bet for a query when ``R_base(q)`` beats the expected
-reward of answering, ``p_q * r_correct + (1 - p_q) * r_wrong``; the expected refusal rate of a
-batch is the share of its rollouts whose query is such a query.
+reward of answering, ``p_q * r_correct + (1 - p_q) * r_wrong`` (plus the attempt bonus
+``lambda * p_q^gamma`` when it is on); the expected refusal rate of a batch is the share of its
+rollouts whose query is such a query. One formula, used by training, the demo and the study.
 """
 
 from __future__ import annotations
@@ -42,16 +43,18 @@ def refusal_base_rewards(p: Sequence[float] | np.ndarray, p_clip: float, gamma: 
 
 
 def refusal_preferred(p: Sequence[float] | np.ndarray, p_clip: float, gamma: float,
-                      r_correct: float = 1.0, r_wrong: float = 0.0) -> np.ndarray:
-    """Per query: True when ``R_base(q) > p·r_correct + (1 − p)·r_wrong`` (refusing is the better bet)."""
+                      r_correct: float = 1.0, r_wrong: float = 0.0, attempt_bonus: float = 0.0) -> np.ndarray:
+    """Per query: True when ``R_base(q) > p·r_correct + (1 − p)·r_wrong + λ·p^γ`` (refusing is the better
+    bet); ``attempt_bonus`` is λ (0: no bonus)."""
     arr = _as_p_array(p)
-    answer_value = arr * r_correct + (1.0 - arr) * r_wrong
+    answer_value = arr * r_correct + (1.0 - arr) * r_wrong + attempt_bonus * arr ** gamma
     return refusal_base_rewards(arr, p_clip, gamma) > answer_value
 
 
 def expected_refusal_rate(p_values: Sequence[float] | np.ndarray, p_clip: float, gamma: float,
-                          r_correct: float = 1.0, r_wrong: float = 0.0) -> float:
-    """Share of rollouts whose query has ``R_base(q) > p·r_correct + (1 − p)·r_wrong``.
+                          r_correct: float = 1.0, r_wrong: float = 0.0, attempt_bonus: float = 0.0) -> float:
+    """Share of rollouts whose query has ``R_base(q) > p·r_correct + (1 − p)·r_wrong + λ·p^γ``
+    (``attempt_bonus`` = λ).
 
     ``p_values`` holds one capability per rollout (a query with G rollouts appears G times),
     so the rate is over rollouts, like the observed refusal rate it is compared with.
@@ -62,7 +65,7 @@ def expected_refusal_rate(p_values: Sequence[float] | np.ndarray, p_clip: float,
     arr = _as_p_array(p_values)
     if arr.size == 0:
         raise ValueError("expected_refusal_rate needs at least one capability value")
-    return float(refusal_preferred(arr, p_clip, gamma, r_correct, r_wrong).mean())
+    return float(refusal_preferred(arr, p_clip, gamma, r_correct, r_wrong, attempt_bonus).mean())
 
 
 def _check_params(p_clip: float, gamma: float) -> None:

@@ -73,12 +73,17 @@ def test_outcome_column_for_the_completions_table():
     assert extra == {"outcome": ["correct", "unparsable", "abstain"]}
 
 
-def test_over_refusal_lowers_the_abstain_reward():
-    reward = AnswerAbstainReward(RewardConfig(beta=0.0, tau=0.05, delta=0.1))
+def test_over_refusal_lowers_the_abstain_reward_down_to_the_floor():
     # Everyone abstains on easy queries: observed 1, expected 0 -> Ē = 1 -> P = min(1, 0.1 * 20) = 1.
-    out, logged = call(reward, [ABSTAIN] * 4, answers=[["x"]] * 4, p=[0.81] * 4)
+    unfloored = AnswerAbstainReward(RewardConfig(beta=0.0, tau=0.05, delta=0.1, floor_abstain=False))
+    out, logged = call(unfloored, [ABSTAIN] * 4, answers=[["x"]] * 4, p=[0.81] * 4)
     assert logged["awa/E"] == [1.0] and logged["awa/penalty"] == [1.0]
-    assert out == pytest.approx([refusal_base_reward(0.81, 0.1, 0.5) - 1.0] * 4)  # 0.1 - 1 = -0.9
+    assert out == pytest.approx([refusal_base_reward(0.81, 0.1, 0.5) - 1.0] * 4)  # 0.1 - 1 = -0.9: the paper's form
+    assert logged["awa/abstain_floored"] == [0.0]
+    # The default floor: abstaining never pays less than a wrong answer (r_wrong = 0).
+    floored = AnswerAbstainReward(RewardConfig(beta=0.0, tau=0.05, delta=0.1))
+    out, logged = call(floored, [ABSTAIN] * 4, answers=[["x"]] * 4, p=[0.81] * 4)
+    assert out == [0.0] * 4 and logged["awa/abstain_floored"] == [1.0]
 
 
 def test_cap_holds_the_abstain_reward_below_a_correct_answer():
@@ -86,7 +91,8 @@ def test_cap_holds_the_abstain_reward_below_a_correct_answer():
     completions = [said("<answer>x</answer>")] * 7 + [ABSTAIN]
     kw = dict(answers=[["x"]] * 8, p=[0.0] * 8)
     capped, _ = call(AnswerAbstainReward(RewardConfig(beta=0.0)), completions, **kw)
-    uncapped, logged = call(AnswerAbstainReward(RewardConfig(beta=0.0, cap_abstain=False)), completions, **kw)
+    uncapped, logged = call(AnswerAbstainReward(RewardConfig(beta=0.0, cap_abstain=False, anti_windup="off")),
+                            completions, **kw)
     assert logged["awa/penalty"] == [-1.0]
     assert capped[-1] == pytest.approx(1 - 0.1 ** 0.5)
     assert uncapped[-1] == pytest.approx(1 - 0.1 ** 0.5 + 1.0)
@@ -120,8 +126,8 @@ def test_abstain_requires_search():
 
 def test_f1_outcome_gives_partial_credit():
     reward = AnswerAbstainReward(RewardConfig(r_correct=1.0, r_wrong=-1.0), RolloutSettings(metric="f1"))
-    out, _ = call(reward, [said("<answer>Barack Obama</answer>")], answers=[["Obama"]], p=[0.5])
-    # token F1 = 2 * (1/2 * 1) / (1/2 + 1) = 2/3 -> -1 + 2 * 2/3.
+    out, _ = call(reward, [said("<answer>Obama</answer>")], answers=[["Barack Obama"]], p=[0.5])
+    # token F1 = 2 * (1 * 1/2) / (1 + 1/2) = 2/3 -> -1 + 2 * 2/3.
     assert out == pytest.approx([-1 + 2 * (2 / 3)])
 
 
@@ -129,21 +135,6 @@ def test_unanswerable_question_answer_is_wrong():
     reward = AnswerAbstainReward(RewardConfig())
     out, _ = call(reward, [said("<answer>x</answer>")], answers=[["x"]], answerable=[False], p=[0.5])
     assert out == [0.0]
-
-
-@pytest.mark.parametrize("kind, expected", [
-    ("static", [1.0, 0.0, 0.0, 0.3]),
-    ("ternary", [1.0, -1.0, -1.0, 0.0]),
-    ("none", [1.0, 0.0, 0.0, 0.0]),
-])
-def test_baselines(kind, expected):
-    reward = AnswerAbstainReward(RewardConfig(kind=kind, static_reward=0.3))
-    completions = [said("<answer>x</answer>"), said("<answer>y</answer>"), said("no tags"), ABSTAIN]
-    out, logged = call(reward, completions, answers=[["x"]] * 4)  # baselines need no p
-    assert out == expected
-    assert reward.__name__ == f"{kind}_reward"
-    assert "awa/expected_refusal_rate" not in logged and logged["awa/refusal_rate"] == [0.25]
-    assert reward.penalty.state.step == 0
 
 
 def test_all_abstain_groups_come_from_ids():
@@ -235,7 +226,7 @@ def test_expected_rate_counts_the_citation_term():
 
 
 def test_share_of_capped_abstentions_is_logged():
-    reward = AnswerAbstainReward(RewardConfig(delta=1.0, tau=0.05, beta=0.0))
+    reward = AnswerAbstainReward(RewardConfig(delta=1.0, tau=0.05, beta=0.0, anti_windup="off"))
     # Everyone answers wrongly on hopeless queries: under-refusal, so P_t < 0 lifts abstention above the cap.
     call(reward, [said("<answer>y</answer>")] * 4, answers=[["x"]] * 4, p=[0.0] * 4)
     _, logged = call(reward, [ABSTAIN, said("<answer>y</answer>")], answers=[["x"]] * 2, p=[0.0] * 2)

@@ -136,8 +136,8 @@ def test_concurrency_is_bounded(replay_server):
 def test_citation_reward_with_llm_judge(server, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(p.to_dict()) + "\n" for p in GOOD))
-    cfg = RewardConfig(judge="llm", judge_base_url=server.base_url, judge_model="judge-model",
-                       judge_max_retries=0, corpus_path=str(corpus), w_red=0.5)
+    cfg = RewardConfig.from_dict({"judge": "llm", "w_red": 0.5, "llm_judge": {
+        "base_url": server.base_url, "model": "judge-model", "max_retries": 0, "corpus_path": str(corpus)}})
     funcs, weights = build_reward_funcs(cfg)
     cite = funcs[1]
     assert cite.__name__ == "citation_reward" and weights == [1.0, 0.2]

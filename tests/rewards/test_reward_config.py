@@ -13,12 +13,17 @@ def test_defaults_are_the_documented_ones():
     assert (cfg.kind, cfg.cite_on, cfg.judge) == ("awa", "correct", "gold")
     assert (cfg.p_clip, cfg.gamma, cfg.beta, cfg.tau, cfg.delta, cfg.max_penalty) == (0.1, 0.5, 0.9, 0.05, 0.1, 1.0)
     assert (cfg.w_cite, cfg.w_red, cfg.cap_abstain) == (0.2, 0.5, True)
+    assert (cfg.floor_abstain, cfg.anti_windup, cfg.min_penalty, cfg.windup_share) == (True, "freeze", -0.2, 0.8)
+    assert (cfg.attempt_bonus, cfg.attempt_bonus_lambda, cfg.adaptive_p) == (False, 0.1, False)
+    assert (cfg.collapse_warn_share, cfg.collapse_warn_batches) == (0.9, 10)
     assert cfg.abstain_cap == pytest.approx(1 - 0.1 ** 0.5)
 
 
 def test_every_field_has_help():
     helps = field_help()
-    assert set(helps) == set(RewardConfig().to_dict())
+    values = RewardConfig().to_dict()
+    judge = values.pop("llm_judge")
+    assert set(helps) == set(values) | {f"llm_judge.{k}" for k in judge}
     assert all(len(text) > 10 for text in helps.values())
 
 
@@ -37,9 +42,18 @@ def test_every_field_has_help():
     ({"judge": "human"}, "judge"),
     ({"gamma": "0.5"}, "gamma"),
     ({"cap_abstain": "yes"}, "cap_abstain"),
-    ({"judge_concurrency": 0}, "judge_concurrency"),
-    ({"judge": "llm"}, "judge_base_url"),
-    ({"judge": "llm", "judge_base_url": "http://127.0.0.1:1/v1", "judge_model": "m"}, "corpus_path"),
+    ({"llm_judge": {"concurrency": 0}}, "llm_judge.concurrency"),
+    ({"judge": "llm"}, "llm_judge.base_url"),
+    ({"judge": "llm", "llm_judge": {"base_url": "http://127.0.0.1:1/v1", "model": "m"}}, "llm_judge.corpus_path"),
+    ({"anti_windup": "clamp"}, "anti_windup"),
+    ({"min_penalty": 0.1}, "min_penalty"),
+    ({"min_penalty": -2.0}, "min_penalty"),
+    ({"windup_share": 0.0}, "windup_share"),
+    ({"floor_abstain": "yes"}, "floor_abstain"),
+    ({"attempt_bonus_lambda": -0.1}, "attempt_bonus_lambda"),
+    ({"collapse_warn_batches": 0}, "collapse_warn_batches"),
+    ({"adaptive_p_every": 0}, "adaptive_p_every"),
+    ({"adaptive_p_z": 0.0}, "adaptive_p_z"),
 ])
 def test_bad_values_are_rejected_with_field_and_fix(values, field):
     with pytest.raises(RewardConfigError) as err:
@@ -51,6 +65,24 @@ def test_bad_values_are_rejected_with_field_and_fix(values, field):
 def test_unknown_key_suggests_the_closest():
     with pytest.raises(RewardConfigError, match="did you mean 'gamma'"):
         RewardConfig.from_dict({"gama": 0.5})
+    with pytest.raises(RewardConfigError, match="did you mean 'model'"):
+        RewardConfig.from_dict({"llm_judge": {"modle": "m"}})
+
+
+@pytest.mark.parametrize("key, to", [("judge_model", "model"), ("judge_cache_path", "cache_path"),
+                                     ("corpus_path", "corpus_path")])
+def test_judge_settings_live_in_their_own_section(key, to):
+    with pytest.raises(RewardConfigError, match=f"'{key}' belongs in the nested section 'llm_judge' as '{to}'"):
+        RewardConfig.from_dict({key: "x"})
+
+
+def test_llm_judge_section_from_yaml(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("reward:\n  judge: llm\n  llm_judge:\n    base_url: http://127.0.0.1:8000/v1\n"
+                    "    model: judge\n    corpus_path: corpus.jsonl\n    timeout_s: 5\n")
+    cfg = RewardConfig.from_yaml(path)
+    assert (cfg.llm_judge.model, cfg.llm_judge.timeout_s, cfg.llm_judge.concurrency) == ("judge", 5.0, 16)
+    assert RewardConfig.from_dict(cfg.to_dict()) == cfg  # the resolved recipe reads back the same
 
 
 def test_from_yaml_reads_the_reward_section(tmp_path):
