@@ -21,7 +21,7 @@ LAYERS = {
     "awarl.cli_errors": 0, "awarl.data": 0,
     "awarl.search": 1, "awarl.llm": 1,
     "awarl.agent": 2,
-    "awarl.rewards": 3, "awarl.capability": 3, "awarl.eval": 3,
+    "awarl.rewards": 3, "awarl.capability": 3, "awarl.eval": 3, "awarl.integrations": 3,
     "awarl.train": 4, "awarl.demo": 4,
     "awarl.verify": 5, "awarl.chat": 5,
     "awarl.cli": 6,
