@@ -83,18 +83,3 @@ def __getattr__(name: str) -> Callable:
 
         return getattr(import_module("awarl.integrations.trl"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-TRL_CLI_REWARDS = ("awa_reward", "citation_reward")
-"""Names ``trl grpo --reward_funcs awarl.rewards.<name>`` resolves (`awarl.integrations.trl`)."""
-
-
-def __getattr__(name: str) -> Callable:
-    # TRL's CLI looks reward functions up with getattr on this module. They live in
-    # awarl.integrations.trl, which reads a recipe and builds on this package, so they are
-    # looked up on first access (PEP 562) instead of being imported with the rewards.
-    if name in TRL_CLI_REWARDS:
-        from importlib import import_module
-
-        return getattr(import_module("awarl.integrations.trl"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
