@@ -62,28 +62,64 @@ def serve(
 
 @audit_app.command("verify")
 def verify(
-    file: Path = typer.Argument(..., help="The audit log (JSON lines) to check."),
-    db: Optional[Path] = typer.Option(None, "--db", help="The chat SQLite file holding the chain's head (default: "
-                                      "chat.sqlite beside the log); without it truncation at the end cannot be seen."),
-    secret_env: str = typer.Option("AWARL_AUDIT_SECRET", "--secret-env", help="Environment variable with the HMAC key, if the log was keyed."),
+    file: Optional[Path] = typer.Argument(None, help="The audit log (JSON lines) to check (default: the config's `audit`)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="The chat config the server ran with: its audit log, "
+                                          "database (the chain's head) and key file are used."),
+    db: Optional[Path] = typer.Option(None, "--db", help="The chat SQLite file holding the chain's head (default: the "
+                                      "config's `db`; without a config, chat.sqlite beside the log)."),
+    secret_env: Optional[str] = typer.Option(None, "--secret-env", help="Environment variable with the HMAC key (default: "
+                                             "the config's audit_secret_env); else the key file beside the database."),
 ) -> None:
-    """Check the hash chain: edited, removed, reordered or cut-off lines (exit 1 when any)."""
-    from awarl.chat.audit import verify_audit
-    from awarl.chat.store import Store
+    """Check the hash chain: edited, removed, reordered, forged or cut-off lines (exit 1 when any).
 
+    The head (last seq and hash) comes from the server's database; when it cannot be found the
+    check fails, since a log cut at the end or wiped looks clean on its own."""
+    from awarl.chat.audit import key_path, verify_audit
+    from awarl.chat.config import ChatConfigError, ChatSettings, load_chat_config
+
+    env = secret_env
+    if config is not None:
+        try:
+            settings = load_chat_config(config)
+        except (ChatConfigError, ValueError, OSError) as exc:
+            fail(exc, 2)
+        file, db, env = file or Path(settings.audit), db or Path(settings.db), env or settings.audit_secret_env
+    elif file is None:
+        defaults = ChatSettings(policy="-")
+        file, db = Path(defaults.audit), db or Path(defaults.db)
+    db = db or file.parent / "chat.sqlite"
     if not file.exists():
         fail(f"{file}: file not found", 2)
-    head = None
-    db = db or file.parent / "chat.sqlite"
-    if db.exists():
-        store = Store(db)
-        head = store.audit_head(str(file.resolve()))
-        store.close()
-    secret = os.environ.get(secret_env)
-    report = verify_audit(file, head, secret.encode("utf-8") if secret else None)
+    head = _audit_head(db, file)
+    env = env or "AWARL_AUDIT_SECRET"
+    secret = os.environ.get(env, "").encode("utf-8") or None
+    if secret is None and key_path(db).exists():
+        secret = key_path(db).read_text(encoding="utf-8").strip().encode("utf-8")
+    report = verify_audit(file, head, secret)
     for problem in report.problems:
         typer.echo(f"TAMPERED {problem}")
-    end = "checked against the head in " + str(db) if head else "no database head found: truncation at the end cannot be detected"
-    typer.echo(f"{report.lines} line(s), {len(report.problems)} problem(s); {end}")
+    keyed = f"{report.keyed} keyed" if report.keyed else "unkeyed"
+    typer.echo(f"{report.lines} line(s) ({keyed}), {len(report.problems)} problem(s); checked against the head in {db}")
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _audit_head(db: Path, file: Path) -> tuple[int, str]:
+    """The chain's head for ``file`` in ``db`` (read-only), or an error saying why it cannot be found."""
+    import sqlite3
+
+    if not db.exists():
+        fail(f"{db}: no such database, so the end of {file} cannot be checked (a cut or wiped log would look clean); "
+             "pass the server's --config or --db", 1)
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT seq, hash FROM audit_head WHERE log=?", (str(file.resolve()),)).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        fail(f"{db}: cannot read the audit head ({exc})", 1)
+    if row is None:
+        fail(f"{db} holds no head for {file.resolve()}: the end of the log cannot be checked; is this the database the "
+             "server wrote it with (pass its --config), or was the log moved?", 1)
+    return int(row[0]), str(row[1])

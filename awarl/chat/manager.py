@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from awarl.chat.audit import AuditLog
+from awarl.chat.audit import AuditLog, load_or_create_key
 from awarl.chat.config import ChatSettings
 from awarl.chat.generate import AgentGenerator, ChatGenerator, GeneratorDown, rollout_of
 from awarl.chat.loop import Loop, LoopSettings
@@ -112,8 +112,7 @@ class ThreadManager:
 
         settings = self.settings
         self.store = Store(settings.db)
-        secret = os.environ.get(settings.audit_secret_env) if settings.audit_secret_env else None
-        self.audit = AuditLog(settings.audit, self.store, secret.encode("utf-8") if secret else None)
+        self.audit = AuditLog(settings.audit, self.store, load_or_create_key(settings.db, settings.audit, settings.audit_secret_env))
         self.prompts = Prompts(settings.prompts_dir, max_questions=settings.max_questions)
         self.loop_settings = LoopSettings(max_questions=settings.max_questions,
                                           max_question_rounds=settings.max_question_rounds,
@@ -145,6 +144,7 @@ class ThreadManager:
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> "ThreadManager":
+        self.audit.repair()  # a torn last line cut (and audited) before anything else is appended
         self._recover()
         for n in range(self.settings.workers):
             th = threading.Thread(target=self._worker, name=f"chat-worker-{n}", daemon=True)
@@ -404,19 +404,25 @@ class ThreadManager:
             loop.run(t, self._save)
 
     def _save(self, t: Thread) -> None:
-        """Save after a transition; an exit is audited (and queued for review) before the thread shows
-        as done, so whoever sees COMPLETED or ERROR also finds its audit line."""
+        """Save after a transition. An exit is saved first (its final state, still PROCESSING to clients),
+        then audited once, then shown as done: whoever sees COMPLETED or ERROR finds its audit line, and a
+        crash anywhere in between is finished by recovery without a second EXIT line or a re-run."""
         if t.state in TERMINAL:
+            done, t.status = t.status, Status.PROCESSING
+            self.store.save_thread(t)
             self._finish(t)
+            t.status = done
         self.store.save_thread(t)
 
     def _finish(self, t: Thread) -> None:
-        self.audit.append(audit_record(t))
-        if t.exit is Exit.MAX_ITERATIONS_REACHED:
+        """Audit the exit and queue a review for it; each at most once per thread."""
+        if t.exit is Exit.MAX_ITERATIONS_REACHED and not self.store.has_review(t.id, "max_iterations"):
             last = t.last
             self.store.add_review("max_iterations", {
                 "question": t.prompt, "answer": t.final_response, "result": last.result if last else None,
                 "rewrites": t.rewrites, "sentence": t.final_response or ""}, t.id)
+        if not self.store.exit_audited(t.id):
+            self.audit.append(audit_record(t), exit_of=t.id)
 
     def _sweeper(self) -> None:
         """Skip clarifying questions nobody answered within ``question_timeout_s``."""
@@ -438,6 +444,12 @@ class ThreadManager:
             t = self.store.load_thread(tid)
             if t is None:
                 continue
+            if t.state in TERMINAL:  # it had ended; a crash came before its exit was audited or shown
+                t.status = Status.COMPLETED if t.state is State.COMPLETED else Status.ERROR
+                self._finish(t)
+                self.store.save_thread(t)
+                log.warning("thread %s had ended before a restart; its exit is audited once and shown", tid)
+                continue
             if self.settings.recovery == "resume":
                 t.note("resumed after a restart")
                 self.store.save_thread(t)
@@ -447,8 +459,7 @@ class ThreadManager:
                 t.error = f"interrupted by a restart in {t.state.value} (recovery: error)"
                 t.state, t.status, t.exit = State.ERROR, Status.ERROR, Exit.ERROR
                 t.note("ended in ERROR after a restart")
-                self.store.save_thread(t)
-                self.audit.append(audit_record(t))
+                self._save(t)
             log.warning("thread %s was left PROCESSING by a restart: %s", tid,
                         "resumed" if self.settings.recovery == "resume" else "ended in ERROR")
 

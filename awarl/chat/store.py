@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS corrections (
 CREATE TABLE IF NOT EXISTS audit_head (
     log TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS exits (thread_id TEXT PRIMARY KEY, log TEXT NOT NULL, seq INTEGER NOT NULL);
 """
 
 
@@ -267,13 +268,26 @@ class Store:
             row = self._db.execute("SELECT seq, hash FROM audit_head WHERE log=?", (log,)).fetchone()
         return (row["seq"], row["hash"]) if row else None
 
-    def set_audit_head(self, log: str, seq: int, digest: str) -> None:
-        with self._lock:
-            self._db.execute(
+    def set_audit_head(self, log: str, seq: int, digest: str, exit_of: str | None = None) -> None:
+        """Move the head; with ``exit_of``, record in the same transaction that line ``seq`` is that
+        thread's exit (so a retried or recovered exit is never audited twice)."""
+        with self.transaction() as db:
+            db.execute(
                 "INSERT INTO audit_head(log, seq, hash, updated) VALUES (?,?,?,?) "
                 "ON CONFLICT(log) DO UPDATE SET seq=excluded.seq, hash=excluded.hash, updated=excluded.updated",
                 (log, seq, digest, time.time()),
             )
+            if exit_of is not None:
+                db.execute("INSERT OR IGNORE INTO exits(thread_id, log, seq) VALUES (?,?,?)", (exit_of, log, seq))
+
+    def exit_audited(self, thread_id: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM exits WHERE thread_id=?", (thread_id,)).fetchone() is not None
+
+    def has_review(self, thread_id: str, reason: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM reviews WHERE thread_id=? AND reason=?",
+                                    (thread_id, reason)).fetchone() is not None
 
     # -- settings changed at run time (POST /api/config) ----------------------------------------
     def setting(self, key: str) -> Any:

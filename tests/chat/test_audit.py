@@ -104,7 +104,7 @@ def test_cli_reports_tampering_and_exits_1(log):
     runner = CliRunner()
     ok = runner.invoke(app, ["audit", "verify", str(audit.path)])
     assert ok.exit_code == 0, ok.output
-    assert "5 line(s), 0 problem(s); checked against the head" in ok.output
+    assert "5 line(s) (unkeyed), 0 problem(s); checked against the head" in ok.output
     write(audit, lines(audit)[:-1])
     bad = runner.invoke(app, ["audit", "verify", str(audit.path)])
     assert bad.exit_code == 1 and "cut off the end" in bad.output

@@ -47,7 +47,7 @@ def test_fifty_threads_submitted_at_once_all_complete_none_lost_or_mixed(make_ma
         assert t["prompt"] == prompts[k] and t["final_response"] == f"Order #{k}: as a gold member you get 15% off."
         assert t["rewrites"] == (1 if k % 2 else 0)
     assert m.store.count_threads() == {"COMPLETED": 50}
-    report = verify_audit(m.audit.path, m.store.audit_head(m.audit.key))
+    report = verify_audit(m.audit.path, m.store.audit_head(m.audit.key), m.audit.secret)
     assert report.ok and report.lines == 50
     assert sorted(json.loads(x)["thread_id"] for x in m.audit.path.read_text().splitlines()) == sorted(ids)
 
@@ -149,7 +149,7 @@ def test_threads_survive_a_restart_in_a_real_second_process(tmp_path):
         _stop(second)
     out = subprocess.run([sys.executable, "-m", "awarl.cli", "audit", "verify", str(tmp_path / "audit.jsonl")],
                          cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0 and "2 line(s), 0 problem(s); checked against the head" in out.stdout
+    assert out.returncode == 0 and "2 line(s) (2 keyed), 0 problem(s); checked against the head" in out.stdout
     assert "Validate-only mode" in (tmp_path / "first.log").read_text()  # the log says how it serves
 
 
