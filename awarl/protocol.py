@@ -217,6 +217,7 @@ class Score:
     outcome: Outcome
     em: float
     f1: float
+    hedged: bool = False  # F1 reached the threshold only by naming more than the gold answer (metric f1)
 
     @property
     def correct(self) -> bool:
@@ -242,7 +243,12 @@ def score(
     - abstained → ``abstain`` (EM = F1 = 0);
     - no ``<answer>`` block → ``unparsable`` (a wrong answer for every metric);
     - an answer to an unanswerable question → ``wrong`` (it can only be a guess);
-    - else ``correct`` when EM = 1 (metric ``em``) or F1 ≥ ``f1_threshold`` (metric ``f1``).
+    - else ``correct`` when EM = 1 (metric ``em``) or, with metric ``f1``, when F1 ≥ ``f1_threshold``
+      and the answer does not hedge (`hedges`: it is longer than every gold answer it overlaps, like
+      "Morland Ruvia" for "Morland", F1 0.67); a hedged answer is ``wrong`` and earns no partial credit.
+
+    >>> score(parse_final("<answer>Morland Ruvia</answer>"), ["Morland"], metric="f1")
+    Score(outcome='wrong', em=0.0, f1=0.6666666666666666, hedged=True)
     """
     if parsed.abstained:
         return Score("abstain", 0.0, 0.0)
@@ -251,8 +257,24 @@ def score(
     if not answerable:
         return Score("wrong", 0.0, 0.0)
     em, f1 = exact_match(parsed.answer, golds), token_f1(parsed.answer, golds)
-    ok = em == 1.0 if metric == "em" else f1 >= f1_threshold
-    return Score("correct" if ok else "wrong", em, f1)
+    if metric == "em":
+        return Score("correct" if em == 1.0 else "wrong", em, f1)
+    hedged = f1 > 0.0 and hedges(parsed.answer, golds)
+    return Score("correct" if f1 >= f1_threshold and not hedged else "wrong", em, f1, hedged)
+
+
+def hedges(prediction: str, golds: Sequence[str]) -> bool:
+    """True when the prediction has more (normalised) tokens than every gold answer it shares a token
+    with: the extra tokens can only be other candidates, so under metric ``f1`` it may not count as
+    correct nor earn partial credit (listing candidates would otherwise beat committing to one).
+
+    >>> hedges("Morland Ruvia", ["Morland"]), hedges("Morland Ruvia Pelaria", ["Morland"])
+    (True, True)
+    >>> hedges("Shusett", ["Ronald Shusett"]), hedges("Ronald Shusett", ["Ronald Shusett"])
+    (False, False)
+    """
+    size = len(normalize_answer(prediction).split())
+    return not any(_f1(prediction, g) > 0.0 and size <= len(normalize_answer(g).split()) for g in golds)
 
 
 def score_text(

@@ -83,8 +83,10 @@ def test_score_outcomes():
     # answering an unanswerable question is wrong whatever it says
     assert score_text("<answer>Paris</answer>", golds, answerable=False).outcome == "wrong"
     assert score_text(f"<answer>{ABSTAIN_PHRASE}</answer>", golds, answerable=False).outcome == "abstain"
-    partial = score(parse_final("<answer>Paris France</answer>"), golds, metric="f1")
+    partial = score(parse_final("<answer>Paris</answer>"), ["Paris France"], metric="f1")
     assert partial.outcome == "correct" and partial.em == 0.0 and partial.f1 == pytest.approx(2 / 3)
+    hedged = score(parse_final("<answer>Paris France</answer>"), golds, metric="f1")  # longer than the gold
+    assert hedged.outcome == "wrong" and hedged.hedged and hedged.f1 == pytest.approx(2 / 3)
 
 
 def test_messages_completion_parsing():

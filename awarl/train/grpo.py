@@ -53,17 +53,24 @@ def load_training_records(config: TrainConfig, *, split: str = "train") -> list[
         for rec in records:
             if rec.id in capability:
                 rec.meta[data.p_field] = capability[rec.id]
-    needs_p = config.reward.kind == "awa"
+    needs_p = config.reward.needs_p
     missing = [r.id for r in records if not isinstance(r.meta.get(data.p_field), (int, float))]
     if missing and needs_p:
         source = cap_path or path
         raise ConfigError(
             f"{source}: {len(missing)} of {len(records)} records have no capability '{data.p_field}' "
-            f"(first: {missing[:3]}). The AWA reward needs it. Fix: run `awarl capability estimate --config "
+            f"(first: {missing[:3]}). The reward reads it (reward.kind {config.reward.kind}, or the attempt "
+            f"bonus). Fix: run `awarl capability estimate --config "
             f"{config.source or 'RECIPE'} --model {config.grpo_start()}` on these records and point "
             f"{'data.capability' if split == 'train' else 'data.eval_capability'} at its output, or train a "
-            f"baseline with reward.kind static/ternary/none.")
+            f"baseline that does not read p (reward.kind {'/'.join(_kinds_without_p())}).")
     return records
+
+
+def _kinds_without_p() -> list[str]:
+    from awarl.rewards.kinds import KINDS
+
+    return [name for name, spec in KINDS.items() if not spec.needs_p]
 
 
 def read_capability(path: str, config: TrainConfig) -> dict[str, float]:
