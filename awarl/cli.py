@@ -19,6 +19,7 @@ from awarl.chat.cli import audit_app, chat_app
 from awarl.data.cli import app as data_app
 from awarl.demo import demo_command
 from awarl.eval.cli import app as eval_app
+from awarl.integrations.cli import export_dataset_command
 from awarl.search.cli import index_app, search_app
 from awarl.train.cli import app as train_app
 from awarl.train.cli import export_command, sweep_command
@@ -45,6 +46,8 @@ app.add_typer(audit_app, name="audit", help="Verify the chatbot's hash-chained a
 app.command("demo", help="AWA-RL end to end on a synthetic world, on a laptop CPU (start here).")(demo_command)
 app.command("sweep", help="Run one training per courage factor gamma, then report.")(sweep_command)
 app.command("export", help="Export a trained checkpoint (merging LoRA adapters).")(export_command)
+app.command("export-dataset", help="Write a p_i table or an evaluation run as a Hugging Face dataset.")(
+    export_dataset_command)
 
 
 def _version_callback(value: bool) -> None:

@@ -132,12 +132,14 @@ def export_command(
     base_model: str = typer.Option(None, "--base-model", help="Base model of a LoRA adapter (default: the one "
                                                               "recorded in adapter_config.json)."),
     dtype: str = typer.Option("auto", "--dtype", help="auto, float32, bfloat16 or float16."),
+    eval_runs: list[Path] = typer.Option(None, "--eval-run", help="An `awarl eval run` folder of this checkpoint "
+                                                                   "(repeatable): its scores go into the model card."),
 ) -> None:
     """Export a trained checkpoint (merging LoRA adapters) so `vllm serve` and the runner load it."""
     from awarl.train.export import ExportError, export_checkpoint
 
     try:
-        final = export_checkpoint(checkpoint, out, base_model=base_model, dtype=dtype)
+        final = export_checkpoint(checkpoint, out, base_model=base_model, dtype=dtype, eval_runs=eval_runs or [])
     except ExportError as exc:
         fail(exc, 2)
     typer.echo(f"exported to {final}")
