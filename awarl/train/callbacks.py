@@ -80,6 +80,29 @@ def load_penalty_state(penalty: Stateful, checkpoint: str | Path) -> dict[str, A
     return saved
 
 
+class CollapseWarningCallback(Callback):
+    """Hand the reward's refusal-collapse warning (`AnswerAbstainReward.collapse_message`, computed from the
+    global batch) to ``printer`` — the display of a run whose terminal is quiet, like the demo's — when it
+    starts and again every ``collapse_warn_batches`` batches while it lasts. Without a printer the reward's
+    own ``logging`` warning is what the console shows."""
+
+    def __init__(self, reward: Any, printer: Callable[[str], None] | None = None):
+        self.reward = reward
+        self.printer = printer
+        self._shown: int | None = None
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        message, streak = getattr(self.reward, "collapse_message", None), getattr(self.reward, "collapse_streak", 0)
+        if self.printer is None or not state.is_world_process_zero or message is None:
+            return
+        if self._shown is not None and streak < self._shown:  # a new collapse after a recovery
+            self._shown = None
+        if self._shown is not None and streak - self._shown < self.reward.cfg.collapse_warn_batches:
+            return
+        self._shown = streak
+        self.printer(f"[grpo] {message}")
+
+
 # -- summary line --------------------------------------------------------------------------------------------
 SUMMARY_KEYS: tuple[tuple[str, str, str], ...] = (
     # (metric key, label, format)
@@ -94,6 +117,8 @@ SUMMARY_KEYS: tuple[tuple[str, str, str], ...] = (
     ("awa/precision", "prec", "{:.2f}"),
     ("awa/ra_f1", "RA-F1", "{:.2f}"),
     ("awa/all_abstain_groups", "all-abst", "{:.2f}"),
+    ("awa/zero_advantage_groups", "zero-adv", "{:.2f}"),
+    ("awa/three_outcome_groups", "3-out", "{:.2f}"),
     ("env/searches_per_rollout", "search", "{:.1f}"),
     ("tools/call_frequency", "calls", "{:.2f}"),
 )

@@ -265,7 +265,13 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
     """Stages 1-5 and the trainer; returns ``(trainer, stateful_reward)``."""
     from trl import GRPOTrainer
 
-    from awarl.train.callbacks import HyperparameterCallback, PenaltyStateCallback, SummaryCallback, configure_logging
+    from awarl.train.callbacks import (
+        CollapseWarningCallback,
+        HyperparameterCallback,
+        PenaltyStateCallback,
+        SummaryCallback,
+        configure_logging,
+    )
     from awarl.train.rollout_checks import guard_rollouts
 
     config.check_trainer_fields()
@@ -281,7 +287,8 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
                     "grpo.eval_steps to evaluate during training")
     model, tokenizer = load_model_and_tokenizer(config)
     config.save(out)  # the resolved recipe beside the checkpoints, before the first step
-    callbacks = [PenaltyStateCallback(stateful), HyperparameterCallback(config.hyperparameters()), *extra_callbacks]
+    callbacks = [PenaltyStateCallback(stateful), HyperparameterCallback(config.hyperparameters()),
+                 CollapseWarningCallback(stateful, printer=on_log), *extra_callbacks]
     if config.logging.summary:
         callbacks.append(SummaryCallback(printer=on_log))
     trainer = GRPOTrainer(

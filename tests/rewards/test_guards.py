@@ -215,3 +215,19 @@ def test_citations_are_never_paid_on_an_unanswerable_record(cite_on):
     completions = [said("<answer>gold</answer> [d1]")] * 2
     out = cite([[]] * 2, completions, answers=[["gold"]] * 2, answerable=[False, True], supporting=[["d1"]] * 2)
     assert out == [None, 1.0]
+
+
+def test_the_collapse_warning_reaches_the_display():
+    from types import SimpleNamespace
+
+    from awarl.train.callbacks import CollapseWarningCallback
+
+    reward = AnswerAbstainReward(RewardConfig(collapse_warn_batches=2))
+    shown: list[str] = []
+    callback = CollapseWarningCallback(reward, printer=shown.append)
+    state = SimpleNamespace(is_world_process_zero=True)
+    ids = [str(i // 2) for i in range(4)]
+    for t in range(5):
+        batch(reward, [ABSTAIN] * 4, [0.5] * 4, ids=ids)
+        callback.on_log(None, state, None, logs={})
+    assert len(shown) == 2 and "REFUSAL COLLAPSE" in shown[0]  # at batch 2 and batch 4

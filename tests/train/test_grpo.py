@@ -29,7 +29,8 @@ def train_files(world_train_files):
     return world_train_files
 
 AWA_KEYS = ("awa/refusal_rate", "awa/expected_refusal_rate", "awa/E", "awa/E_ema", "awa/penalty",
-            "awa/accuracy", "awa/precision", "awa/ra_f1", "env/searches_per_rollout")
+            "awa/accuracy", "awa/precision", "awa/ra_f1", "env/searches_per_rollout", "awa/all_abstain_groups",
+            "awa/zero_advantage_groups", "awa/three_outcome_groups", "awa/collapse_warning")
 
 
 def _state(folder: Path) -> dict:
