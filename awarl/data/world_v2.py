@@ -6,8 +6,8 @@ queries and the verifier policy are v1's (`awarl.data.world`). What differs:
 - **Bridge cities are disjoint per split** (each split has ``cities`` answerable cities of its own;
   the countries are shared), so no split can be answered from another's facts. Every token of a
   held-out entity still appears in SFT text: the first names and last names of the first SFT
-  persons cover the whole name pool, and each SFT person "visited" a city of another split, a
-  passage its own first search returns, so a tiny model's embeddings of held-out names are trained;
+  persons cover the whole name pool, and each single (no namesake) SFT person "visited"
+  two cities of other splits, a passage its own first search returns, so a tiny model's embeddings of held-out names are trained;
   only the held-out *facts* are new.
 - **Two kinds of unanswerable question**: *missing* (the city's country passage is absent) and
   *near-miss*: either a one-letter variant city (``<city>s``, which BM25's Snowball stemmer maps to
@@ -205,8 +205,11 @@ def generate_world_v2(config: WorldConfig) -> World:
             for k in range(m):
                 key = f"{name}#{k + 1}" if m > 1 else ""
                 born, lives = cities["born"][k], cities["lives"][k]
-                visit = next(visit_other) if s == "sft" and others else rng.choice(everywhere)
-                extras = (f"{name} visited {visit}.", f"{name} works as a {rng.choice(JOBS)}.")[: config.distractors]
+                # A single person's first search shows all its passages (a namesake's may not), so the
+                # SFT singles carry the other splits' city names.
+                carry = s == "sft" and m == 1 and others
+                a, b = (next(visit_other), next(visit_other)) if carry else rng.sample(everywhere, 2)
+                extras = (f"{name} visited {a} and {b}.", f"{name} works as a {rng.choice(JOBS)}.")[: config.distractors]
                 person = Person(name, born, lives, extras, key)
                 for r, city in (("born", born), ("lives", lives)):
                     if kinds[r] != "near_miss_relation":

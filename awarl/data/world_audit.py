@@ -1,0 +1,228 @@
+"""The preconditions of a world, checked without training (`scripts/world_audit.py`, `awarl data world-audit`).
+
+A world is a fair test of AWA-RL only if nothing cheap solves its held-out split and its ceilings
+are what world.json says. Each check runs the real search tool: the BM25 index the pipeline
+builds over the world's corpus and `SearchEnv` with the world's noise (``world_noise``), so what
+is measured is what p_i, GRPO and evaluation see. Checks (bounds of issue 20, recorded in
+docs/fidelity.md, World v2):
+
+- ``lookup``: a table from the SFT questions (first-hop city -> SFT answer, else the commonest SFT
+  country) is right on at most 0.15 of the held-out questions (the same table abstaining on cities
+  it never saw is shown beside it: that is the always-abstain baseline, the unanswerable share);
+- ``shape rule``: "the first search's rank-1 passage names a city; if rank 1 of 'country <city>' is a
+  country passage the question is answerable" tells unanswerable from answerable at a balanced
+  accuracy of at most 0.75 (averaged over ``seeds`` rollout seeds);
+- ``oracle``: a reader that follows a namesake shown by the real first search at random and retries
+  within the budget reaches, in expectation, exactly mean(u) on the answerable questions;
+- ``mean(u)`` in [0.4, 0.6], at least 25% of answerable questions at u <= 0.2 and 25% at u >= 0.6;
+- ``rank rule``: following the namesake at a fixed rank r of the results (the best r) reaches at
+  most mean(u) + 0.05 (the gold namesake's rank carries no cue);
+- ``coverage``: every word of a held-out entity (names, cities, variants) appears in the SFT
+  conversations, and no held-out bridge city is an SFT one.
+
+Imports bm25s (through `awarl.search.bm25`) when run, never torch.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from awarl.data.world import World, gold_conversation, gold_queries, record_id, write_world
+from awarl.protocol import ABSTAIN_PHRASE
+
+_LINE = re.compile(r"^\[(\w+)\] [^:\n]+: (.*)$", re.MULTILINE)
+_LINK = re.compile(r"^(\w+) is a city in the country (\w+)\.$")
+_PERSON = re.compile(r" (?:was born in|lives in|visited) (\w+)\b")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One precondition: its value, its bound and whether the value meets it."""
+
+    name: str
+    value: float
+    bound: str
+    ok: bool
+    note: str = ""
+
+
+@dataclass
+class Audit:
+    """The checks of one world on one split."""
+
+    split: str
+    questions: int
+    answerable: int
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def table(self) -> str:
+        """A Markdown table (what docs/fidelity.md records)."""
+        rows = ["| check | value | bound | ok | what it measures |", "|---|---|---|---|---|"]
+        rows += [f"| {c.name} | {c.value:.3f} | {c.bound} | {'yes' if c.ok else '**no**'} | {c.note} |"
+                 for c in self.checks]
+        return "\n".join(rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"split": self.split, "questions": self.questions, "answerable": self.answerable, "ok": self.ok,
+                "checks": [asdict(c) for c in self.checks]}
+
+
+def audit_world(world: World, *, split: str = "eval", seeds: int = 8, topk: int = 3, passage_words: int | None = 20,
+                folder: str | Path | None = None) -> Audit:
+    """Run every check on ``world``'s ``split`` with the search tool of those rollout settings (``topk``,
+    ``passage_words``; the search budget is the world's ``max_searches``). ``folder``: where the world
+    is (or is written to; default a temporary folder) for its noise.json."""
+    if folder is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return audit_world(world, split=split, seeds=seeds, topk=topk, passage_words=passage_words, folder=tmp)
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.settings import RolloutSettings
+    from awarl.search.bm25 import BM25Index
+
+    files = write_world(world, folder)
+    index = BM25Index.build(world.passages)
+    rollout = RolloutSettings(scope="global", topk=topk, passage_words=passage_words,
+                              max_searches=world.config.max_searches, world_noise=str(files.get("noise") or "") or None)
+    make_env = search_env_factory(index, rollout)
+    held = world.split(split)
+    answerable = [q for q in held if q.answerable]
+    audit = Audit(split, len(held), len(answerable))
+    u = [_ceiling(q) for q in answerable]
+    mean_u = sum(u) / max(len(u), 1)
+
+    audit.checks += _lookup(world, held)
+    audit.checks.append(_shape_rule(held, make_env, seeds))
+    oracle, by_rank = _readers(world, answerable, index, topk)
+    audit.checks.append(Check("oracle - mean(u)", oracle - mean_u, "|x| <= 0.01", abs(oracle - mean_u) <= 0.01,
+                              f"expected answerable accuracy of the best reader ({oracle:.3f}) minus mean(u)"))
+    audit.checks.append(Check("mean(u)", mean_u, "in [0.4, 0.6]", 0.4 <= mean_u <= 0.6,
+                              f"mean ceiling of the {len(answerable)} answerable questions"))
+    low, high = (sum(x <= 0.2 for x in u) / max(len(u), 1), sum(x >= 0.6 for x in u) / max(len(u), 1))
+    audit.checks.append(Check("share u <= 0.2", low, ">= 0.25", low >= 0.25, "answerable questions no reader gets often"))
+    audit.checks.append(Check("share u >= 0.6", high, ">= 0.25", high >= 0.25, "answerable questions a reader gets mostly"))
+    best = max(by_rank, key=by_rank.get) if by_rank else 1
+    rank_value = by_rank.get(best, 0.0)
+    audit.checks.append(Check("rank rule", rank_value, f"<= mean(u) + 0.05 = {mean_u + 0.05:.3f}",
+                              rank_value <= mean_u + 0.05,
+                              f"follow the namesake at rank {best} of the first search (best rank; "
+                              + ", ".join(f"r{r} {v:.3f}" for r, v in sorted(by_rank.items())) + ")"))
+    audit.checks += _coverage(world, held, make_env)
+    abstain = sum(not q.answerable for q in held) / max(len(held), 1)
+    audit.checks.append(Check("always abstain", abstain, "(context)", True, "the unanswerable share: abstaining everywhere"))
+    return audit
+
+
+def _ceiling(q: Any) -> float:
+    return 1.0 if q.ceiling is None else q.ceiling
+
+
+def _expected(q: Any) -> str:
+    return q.answer if q.answerable else ABSTAIN_PHRASE
+
+
+def _lookup(world: World, held: list[Any]) -> list[Check]:
+    """The table answers what the SFT questions through the same first-hop city answered; a city it has
+    never seen gets the commonest SFT country (a memorised fact), or, in the second row, an abstention
+    (which is the always-abstain baseline wherever the table knows nothing)."""
+    sft = world.split("sft")
+    table = {q.chain[0]: _expected(q) for q in sft}
+    country = Counter(q.answer for q in sft if q.answerable).most_common(1)[0][0]
+    known = sum(q.chain[0] in table for q in held)
+    rows = []
+    for name, fallback, bound in (("lookup", country, 0.15), ("lookup, else abstain", ABSTAIN_PHRASE, None)):
+        right = sum(table.get(q.chain[0], fallback) == _expected(q) for q in held) / max(len(held), 1)
+        rows.append(Check(name, right, "<= 0.15" if bound else "(context)", right <= bound if bound else True,
+                          f"SFT first-hop city -> SFT answer, else {fallback!r}; {known} held-out cities in the table"))
+    return rows
+
+
+def _rank1(result: str) -> str:
+    m = _LINE.search(result)
+    return m.group(2) if m else ""
+
+
+def _shape_rule(held: list[Any], make_env: Any, seeds: int) -> Check:
+    env = make_env()
+    said = {True: [0, 0], False: [0, 0]}  # truth -> [said answerable, total]
+    right = 0
+    for seed in range(seeds):
+        for q in held:
+            env.reset(id=record_id(q), question=q.question, passages=[], rollout_seed=seed)
+            m = _PERSON.search(_rank1(env.search(gold_queries(q)[0])))
+            link = _LINK.match(_rank1(env.search(f"country {m.group(1)}"))) if m else None
+            said[q.answerable][0] += link is not None
+            said[q.answerable][1] += 1
+            right += (link.group(2) if link else ABSTAIN_PHRASE) == _expected(q)
+    tpr = said[True][0] / max(said[True][1], 1)
+    tnr = 1 - said[False][0] / max(said[False][1], 1)
+    value = (tpr + tnr) / 2
+    return Check("shape rule", value, "<= 0.75", value <= 0.75,
+                 f"balanced accuracy at telling unanswerable from answerable (answerable {tpr:.2f}, unanswerable "
+                 f"{tnr:.2f}; its answers right on {right / max(len(held) * seeds, 1):.2f}), {seeds} rollout seeds")
+
+
+def _readers(world: World, answerable: list[Any], index: Any, topk: int) -> tuple[float, dict[int, float]]:
+    """Expected answerable accuracy of the best reader (a shown namesake at random) and of the reader that
+    follows the namesake at each rank, from the real index's results (noise and failures in expectation)."""
+    cfg = world.config
+    retry = 1 - cfg.visible_failure ** (cfg.max_searches - 1) if cfg.version == 2 else 1.0  # v1: no search noise
+    heads = [gold_queries(q)[0] for q in answerable]
+    firsts = index.search(heads, topk) if heads else []
+    total, by_rank = 0.0, {r: 0.0 for r in range(1, topk + 1)}
+    link_cache: dict[str, bool] = {}
+    for q, hits in zip(answerable, firsts):
+        verb = " was born in " if q.relation == "born" else " lives in "
+        shown = [h.passage.text.rsplit(" ", 1)[1].rstrip(".") for h in hits
+                 if h.passage.text.startswith(q.person + verb)]
+        keep = (1 - q.cues.get("silent_noise", 0.0)) * retry
+        good = [world.parent.get(c) == q.answer and _link_found(world, index, c, topk, link_cache) for c in shown]
+        total += keep * sum(good) / len(good) if good else 0.0
+        for r in by_rank:
+            by_rank[r] += keep * good[min(r, len(good)) - 1] if good else 0.0
+    n = max(len(answerable), 1)
+    return total / n, {r: v / n for r, v in by_rank.items()}
+
+
+def _link_found(world: World, index: Any, city: str, topk: int, cache: dict[str, bool]) -> bool:
+    if city not in cache:
+        pid = world.fact_passage.get((city, "in"))
+        cache[city] = pid is not None and pid in {h.passage.id for h in index.search([f"country {city}"], topk)[0]}
+    return cache[city]
+
+
+def _coverage(world: World, held: list[Any], make_env: Any) -> list[Check]:
+    env = make_env()
+    seen: set[str] = set()
+    for q in world.split("sft"):
+        env.reset(id=record_id(q), question=q.question, passages=[])
+        for message in gold_conversation(world, q, env.search):
+            seen.update(re.findall(r"\w+", str(message.get("content") or "")))
+            for call in message.get("tool_calls") or []:
+                seen.update(re.findall(r"\w+", str(call)))
+    words: set[str] = set()
+    for q in held:
+        words.update(q.person.split())
+        words.add(q.chain[0])
+        words.update(str(v) for k, v in q.cues.items() if k in ("variant", "other_city") and v)
+    missing = sorted(words - seen)
+    sft_cities = {q.chain[0] for q in world.split("sft")}
+    shared = sorted({q.chain[0] for q in held} & sft_cities)
+    return [Check("held-out words not in SFT text", float(len(missing)), "== 0", not missing,
+                  f"of {len(words)} words of held-out names and cities" + (f" (e.g. {missing[:5]})" if missing else "")),
+            Check("bridge cities shared with SFT", float(len(shared)), "== 0", not shared,
+                  "held-out first-hop cities that SFT questions also go through")]
+
+
+__all__ = ["Audit", "Check", "audit_world"]
