@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.data.records import Passage, passage_id, write_jsonl
+from awarl.errors import ConfigError
 from awarl.protocol import ABSTAIN_PHRASE, format_final, tool_call_message, tool_result_message
 
 # Invented single words: short, distinct, pronounceable, none an English word the BM25 stopword
@@ -93,7 +94,7 @@ m people of whom j lead to the gold answer, with silent retrieval noise f. Fixed
 _PROFILE = re.compile(r"^([1-4])/([1-4])@(0(?:\.\d+)?)$")
 
 
-class WorldError(ValueError):
+class WorldError(ConfigError):
     """Knobs that cannot make a world; the message names the knob and the limit."""
 
 

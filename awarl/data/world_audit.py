@@ -33,11 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from awarl.data.world import World, gold_conversation, gold_queries, record_id, write_world
+from awarl.errors import AwarlError
 from awarl.protocol import ABSTAIN_PHRASE
 
 _LINE = re.compile(r"^\[(\w+)\] [^:\n]+: (.*)$", re.MULTILINE)
 _LINK = re.compile(r"^(\w+) is a city in the country (\w+)\.$")
 _PERSON = re.compile(r" (?:was born in|lives in|visited) (\w+)\b")
+
+
+class AuditFailed(AwarlError):
+    """A world whose audit misses a bound (exit code 1)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,33 @@ def audit_world(world: World, *, split: str = "eval", seeds: int = 8, topk: int 
     abstain = sum(not q.answerable for q in held) / max(len(held), 1)
     audit.checks.append(Check("always abstain", abstain, "(context)", True, "the unanswerable share: abstaining everywhere"))
     return audit
+
+
+def audit_recipe(recipe: str | Path | None = None, *, seed: int = 0, sets: list[str] | None = None,
+                 split: str = "eval", seeds: int = 8) -> tuple[Any, Audit]:
+    """Audit the world of a demo recipe (default: the shipped configs/demo_world.yaml) at ``seed``, with
+    the search tool of its ``rollout:`` section; ``sets``: ``knob=value`` overrides of its ``world:``
+    section (YAML values). Returns (the WorldConfig, the audit)."""
+    from awarl.config_fields import load_yaml, read_yaml_file
+    from awarl.data.world import WorldConfig, WorldError, generate_world
+    from awarl.resources import config_path
+
+    path = Path(recipe) if recipe is not None else config_path("demo_world.yaml")
+    raw = read_yaml_file(path) or {}
+    world_raw = dict(raw.get("world") or {})
+    for item in sets or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise WorldError(f"--set {item!r}: expected knob=value, e.g. persons=300")
+        world_raw[key.strip().removeprefix("world.")] = load_yaml(value)
+    config = WorldConfig.from_dict({**world_raw, "seed": seed}, f"{path}: world")
+    rollout = raw.get("rollout") or {}
+    if int(rollout.get("max_searches", config.max_searches)) != config.max_searches:
+        raise WorldError(f"{path}: rollout.max_searches ({rollout.get('max_searches')}) differs from world.max_searches "
+                         f"({config.max_searches}), the budget the ceilings assume; make them equal")
+    audit = audit_world(generate_world(config), split=split, seeds=seeds, topk=int(rollout.get("topk", 3)),
+                        passage_words=rollout.get("passage_words", 20))
+    return config, audit
 
 
 def _ceiling(q: Any) -> float:
@@ -225,4 +257,4 @@ def _coverage(world: World, held: list[Any], make_env: Any) -> list[Check]:
                   "held-out first-hop cities that SFT questions also go through")]
 
 
-__all__ = ["Audit", "Check", "audit_world"]
+__all__ = ["Audit", "AuditFailed", "Check", "audit_recipe", "audit_world"]

@@ -172,9 +172,8 @@ def generate_world_v2(config: WorldConfig) -> World:
                     "dead": {"missing": _cycle(missing), "near_miss_variant": _cycle(near)}}
     absent = {c for s in SPLITS for c in pools[s]["missing"] + pools[s]["near"]}
     # Every SFT person visits a city of another split, so each of those names appears in SFT text.
-    others = [c for s in ("rl", "eval") for c in pools[s]["live"] + pools[s]["missing"] + pools[s]["near"]
-              + list(pools[s]["variants"].values())]
-    rng.shuffle(others)
+    # Held-out names first: in a small world the SFT singles may not carry every RL name too.
+    others = [c for s in ("eval", "rl") for c in rng.sample(_split_cities(pools[s]), len(_split_cities(pools[s])))]
     visit_other = _cycle(others)
     everywhere = sorted(parent)
 
@@ -242,6 +241,10 @@ def generate_world_v2(config: WorldConfig) -> World:
     rng.shuffle(passages)  # corpus order carries no hint, so neither does a namesake's rank in a result
     levels = {**{c: "city" for c in parent}, **{k: "country" for k in countries}}
     return World(config, persons, parent, absent, passages, fact_passage, questions, levels, noise)
+
+
+def _split_cities(pool: dict[str, Any]) -> list[str]:
+    return pool["live"] + pool["missing"] + pool["near"] + list(pool["variants"].values())
 
 
 def _name_order(rng: random.Random, n: int) -> Iterator[str]:
