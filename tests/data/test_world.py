@@ -1,10 +1,13 @@
 """The synthetic world: determinism, the official format through the MuSiQue adapter, unanswerable
-questions that really lack their fact, disjoint splits, the knobs, and its verifier policy."""
+questions that really lack their fact, disjoint splits, the knobs, and its verifier policy; world
+v2's disjoint bridge cities, near-misses, namesake ceilings, search noise and its audit."""
 
 from __future__ import annotations
 
 import json
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -15,12 +18,13 @@ from awarl.data.world import (
     WorldConfig,
     WorldError,
     generate_world,
+    gold_conversation,
     gold_queries,
     record_id,
     write_world,
 )
 
-SMALL = WorldConfig(persons=80, seed=3)
+SMALL = WorldConfig(persons=80, seed=3, version=1)
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +199,220 @@ def test_warm_start_conversations_abstain_or_guess_on_unanswerable_questions():
                 assert link.title != q.chain[0] and link.text.endswith(f"in the country {final.answer}.")
     with pytest.raises(ValueError, match="abstain_share"):
         world_trajectories(world, env, ("sft",), abstain_share=1.5)
+
+
+# -- world v2 -------------------------------------------------------------------------------------------------
+V2 = WorldConfig(version=2, persons=120, seed=3)
+
+
+@pytest.fixture(scope="module")
+def world2():
+    return generate_world(V2)
+
+
+@pytest.fixture(scope="module")
+def written2(world2, tmp_path_factory):
+    return write_world(world2, tmp_path_factory.mktemp("world2"))
+
+
+@pytest.fixture(scope="module")
+def index2(world2):
+    from awarl.search.bm25 import BM25Index
+
+    return BM25Index.build(world2.passages)
+
+
+def _env(index, written, **kw):
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.settings import RolloutSettings
+
+    return search_env_factory(index, RolloutSettings(topk=3, passage_words=20, max_searches=3,
+                                                     world_noise=str(written["noise"]), **kw))
+
+
+def test_v2_same_seed_same_world_other_seed_other_world(world2, written2, tmp_path):
+    again = generate_world(V2)
+    assert again.passages == world2.passages and again.questions == world2.questions
+    b = write_world(again, tmp_path / "b")
+    for name in (*SPLITS, "corpus", "world", "noise", "policy", "policy_tests"):
+        assert written2[name].read_bytes() == b[name].read_bytes(), name
+    other = generate_world(WorldConfig(version=2, persons=120, seed=4))
+    assert [p.text for p in other.passages] != [p.text for p in world2.passages]
+
+
+def test_v2_bridge_cities_are_disjoint_per_split_and_countries_shared(world2):
+    cities = {s: {q.chain[0] for q in world2.split(s)} for s in SPLITS}
+    assert not (cities["sft"] & cities["rl"] or cities["sft"] & cities["eval"] or cities["rl"] & cities["eval"])
+    countries = {s: {q.answer for q in world2.split(s)} for s in SPLITS}
+    assert countries["sft"] == countries["rl"] == countries["eval"] == set(world2.parent.values())
+    names = {s: {q.person for q in world2.split(s)} for s in SPLITS}
+    assert not (names["sft"] & names["eval"] or names["rl"] & names["eval"])
+    # Every word of a held-out name also appears in the SFT split's passages (visits, names).
+    words = {w for q in world2.split("sft") for w in q.person.split()}
+    sft_titles = {world2.passage(pid).text for q in world2.split("sft") for pid in world2.by_title()[q.person]}
+    visited = {w.strip(".") for t in sft_titles if " visited " in t for w in t.split(" visited ")[1].split(" and ")}
+    assert all(w in words for q in world2.split("eval") for w in q.person.split())
+    assert {q.chain[0] for q in world2.split("eval")} <= visited
+
+
+def test_v2_unanswerable_questions_lack_the_needed_fact(world2, written2, index2):
+    texts = {p.text for p in load_corpus(written2["corpus"])}
+    kinds = {q.kind for q in world2.questions}
+    assert kinds == {"answerable", "missing", "near_miss_variant", "near_miss_relation"}
+    for q in world2.questions:
+        city, country = q.chain
+        verb = "was born in" if q.relation == "born" else "lives in"
+        link = [t for t in texts if t.startswith(f"{city} is a city in the country ")]
+        if q.kind == "answerable":
+            assert link == [f"{city} is a city in the country {country}."]
+            assert world2.passage(world2.fact_passage[(q.who, q.relation)]).text == f"{q.person} {verb} {city}."
+        elif q.kind == "missing":
+            assert link == [] and f"{q.person} {verb} {city}." in texts
+        elif q.kind == "near_miss_variant":
+            variant = q.cues["variant"]
+            assert link == [] and variant == f"{city}s"
+            hits = index2.search([f"country {city}"], 3)[0]  # the stemmer maps the variant to the city
+            assert hits[0].passage.text.startswith(f"{variant} is a city in the country ")
+        else:  # near_miss_relation: the asked relation's passage is absent, the other one's city is placed
+            assert not any(t.startswith(f"{q.person} {verb} ") for t in texts)
+            other = q.cues["other_city"]
+            assert any(t.startswith(f"{other} is a city in the country ") for t in texts)
+        assert q.answerable == (q.kind == "answerable") and (q.ceiling is None) == (not q.answerable)
+
+
+def test_v2_namesake_ceilings_are_j_over_m_times_the_noise(world2):
+    cfg = world2.config
+    groups: dict[tuple[str, str], list] = {}
+    for q in world2.questions:
+        groups.setdefault((q.person, q.relation), []).append(q)
+    seen_m = set()
+    for (name, rel), qs in groups.items():
+        if not qs[0].answerable:
+            continue
+        m = len(qs)
+        seen_m.add(m)
+        counts = {c: sum(o.answer == c for o in qs) for c in {o.answer for o in qs}}
+        assert len(set(counts.values())) == 1  # no country likelier than another: j each
+        assert len({o.question for o in qs}) == 1 and len({o.chain[0] for o in qs}) == m
+        for q in qs:
+            j = counts[q.answer]
+            assert (q.cues["namesakes"], q.cues["leading"]) == (m, j)
+            want = j / m * (1 - q.cues["silent_noise"]) * (1 - cfg.visible_failure ** (cfg.max_searches - 1))
+            assert q.ceiling == pytest.approx(want, abs=1e-6)
+    assert seen_m == {1, 2, 3, 4}
+    saved = json.loads((write_world(world2, Path(tempfile.mkdtemp())))["world"].read_text())
+    rows = {r["id"]: r for r in saved["questions"]}
+    q = next(q for q in world2.questions if q.answerable and q.cues["namesakes"] == 4)
+    assert rows[q.id]["u"] == q.ceiling and rows[q.id]["kind"] == "answerable" and rows[q.id]["cues"]["namesakes"] == 4
+
+
+def _results(make_env, q, seed, queries):
+    env = make_env()
+    env.reset(id=record_id(q), question=q.question, passages=[], rollout_seed=seed)
+    return [env.search(s) for s in queries]
+
+
+def test_v2_noise_is_seeded_per_rollout(world2, written2, index2):
+    make_env = _env(index2, written2)
+    q = next(q for q in world2.split("rl") if q.answerable and q.cues["silent_noise"] == 0.3 and q.cues["namesakes"] == 1)
+    true = world2.passage(world2.fact_passage[(q.chain[0], "in")])
+    queries = [f"country {q.chain[0]}"] * 3
+    runs = {seed: _results(make_env, q, seed, queries) for seed in range(200)}
+    assert all(_results(make_env, q, seed, queries) == runs[seed] for seed in (0, 7, 99))  # same seed, same tool
+    shown = {seed: {r.split("\n")[0] for r in rs if f"[{true.id}]" in r} for seed, rs in runs.items()}
+    noisy = [seed for seed, lines in shown.items() if any(true.text not in line for line in lines)]
+    # Silent noise holds for the whole rollout (repeating the query does not escape it) ...
+    for seed in noisy:
+        assert all(true.text not in line and "is a city in the country" in line for line in shown[seed])
+    assert 0.2 < len(noisy) / 200 < 0.4  # f = 0.3
+    # ... visible failures are drawn per call: some calls of a rollout lose the link, a retry finds it.
+    lost = sum(f"[{true.id}]" not in r for rs in runs.values() for r in rs) / 600
+    assert 0.12 < lost < 0.28  # visible_failure = 0.2
+    assert any(f"[{true.id}]" not in rs[0] and f"[{true.id}]" in rs[1] for rs in runs.values())
+
+
+def test_v2_noise_counts_rollouts_without_a_seed_and_spares_other_records(world2, written2, index2):
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.settings import RolloutSettings
+
+    q = next(q for q in world2.split("rl") if q.answerable and q.cues["silent_noise"] == 0.3)
+    query = [f"country {q.chain[0]}"]
+    make_env = _env(index2, written2)
+    env = make_env()
+    counted = []
+    for _ in range(5):  # TRL's GRPO passes no seed: the n-th rollout of a record gets seed n
+        env.reset(id=record_id(q), question=q.question, passages=[])
+        counted.append((env.rollout_seed, env.search(query[0])))
+    assert [s for s, _ in counted] == [0, 1, 2, 3, 4]
+    assert [r for _, r in counted] == [_results(_env(index2, written2), q, s, query)[0] for s in range(5)]
+    plain = search_env_factory(index2, RolloutSettings(topk=3, passage_words=20, max_searches=3))()
+    plain.reset(id="not-a-world-question", question="?", passages=[])
+    env.reset(id="not-a-world-question", question="?", passages=[])
+    assert env.search(query[0]) == plain.search(query[0])  # a record the table does not list: no noise
+    assert RolloutSettings(world_noise="a/noise.json").mismatch(RolloutSettings()) == ["world_noise: 'a/noise.json' vs null"]
+
+
+def test_v2_gold_conversations_read_the_tool(world2, written2, index2):
+    from awarl.protocol import ABSTAIN_PHRASE, parse_final
+
+    make_env = _env(index2, written2)
+    env = make_env()
+    retried = 0
+    for q in world2.split("sft"):
+        env.reset(id=record_id(q), question=q.question, passages=[])
+        messages = gold_conversation(world2, q, env.search)
+        final = parse_final(messages[-1]["content"])
+        calls = [m for m in messages if m.get("tool_calls")]
+        assert len(calls) <= V2.max_searches
+        retried += len(calls) == 3 and final.answer != ABSTAIN_PHRASE
+        if not q.answerable:
+            assert final.answer == ABSTAIN_PHRASE
+        elif final.answer != ABSTAIN_PHRASE:  # what the country passage it read says, cited
+            link = world2.passage(final.citations[1])
+            assert link.title in world2.parent and messages[-2]["content"].count(f"[{link.id}]") == 1
+    assert retried > 0
+
+
+def test_v2_policy_lints_clean_and_its_tests_pass(tmp_path):
+    small = generate_world(WorldConfig(version=2, persons=40, cities=8, countries=4, seed=1))
+    test_policy_lints_clean_and_its_tests_pass(write_world(small, tmp_path))
+
+
+@pytest.mark.parametrize("knob, value", [("hops", 3), ("countries", 3), ("distractors", 0),
+                                         ("ceilings", {"3/2@0": 1.0}), ("ceilings", {"1/1@0": 0.5})])
+def test_v2_bad_knobs_name_the_knob(knob, value):
+    with pytest.raises(WorldError, match=knob):
+        WorldConfig(version=2, **{knob: value})
+
+
+# -- the audit ---------------------------------------------------------------------------------------------------
+def test_audit_of_a_small_v2_world(tmp_path):
+    from awarl.data.world_audit import audit_world
+
+    world = generate_world(WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0))
+    audit = audit_world(world, seeds=2, folder=tmp_path)
+    got = {c.name: round(c.value, 3) for c in audit.checks}
+    assert (audit.questions, audit.answerable) == (72, 50)
+    assert got == {"lookup": 0.069, "lookup, else abstain": 0.306, "shape rule": 0.663, "oracle - mean(u)": 0.0,
+                   "mean(u)": 0.486, "share u <= 0.2": 0.32, "share u >= 0.6": 0.32, "rank rule": 0.486,
+                   "held-out words not in SFT text": 0.0, "bridge cities shared with SFT": 0.0, "always abstain": 0.306}
+    assert audit.ok and "| shape rule | 0.663 | <= 0.75 | yes |" in audit.table()
+
+
+def test_audit_of_world_v1_finds_what_the_issue_measured(tmp_path):
+    from awarl.data.world_audit import audit_world
+
+    audit = audit_world(generate_world(WorldConfig(persons=120, seed=0)), seeds=1, folder=tmp_path)
+    assert audit.check("lookup").value == 1.0 and audit.check("shape rule").value == 1.0  # memorisable, visible
+    assert audit.check("mean(u)").value == 1.0 and not audit.ok
+
+
+def test_world_audit_command_exits_1_on_a_miss():
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+
+    result = CliRunner().invoke(app, ["data", "world-audit", "--set", "version=1", "--set", "persons=60", "--seeds", "1"])
+    assert result.exit_code == 1 and "| shape rule | 1.000 |" in result.output, result.output
+    result = CliRunner().invoke(app, ["data", "world-audit", "--set", "persns=60"])
+    assert result.exit_code == 2 and "persns" in result.output
