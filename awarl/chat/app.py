@@ -1,57 +1,89 @@
 """The chat server: REST API (FastAPI, OpenAPI schema at /docs) and the web UI at ``/``.
 
-Every error, including bodies FastAPI itself rejects, comes back in one envelope::
+Who may call what is `awarl.chat.auth` (admin token, reviewer tokens, per-thread capabilities, the
+``Host`` check); docs/security.md is the threat model. Every error, including bodies FastAPI itself
+rejects, comes back in one envelope, never with exception text::
 
     {"error": {"code": "thread_not_found", "message": "no thread 'x'", "details": null}}
 
-with 400 (malformed JSON, bad generator spec), 404 (unknown thread, review, policy or route),
-409 (the thread is not waiting for answers; a review already decided), 422 (a body of the wrong
-shape or values) or 503 (validate-only mode has no agent to answer with).
+with 400 (malformed JSON, invalid Unicode, no Host), 401 (a token is needed), 403 (the token does
+not allow it, a Host not served, a generator not on the allow-list), 404 (unknown thread, review,
+policy or route), 409 (the thread is not waiting for answers; a review already decided; a supported
+sentence rejected without override), 413 (a body over 1 MB), 422 (a body of the wrong shape or
+values), 500 (a bug: a reference to look up in the log) or 503 (validate-only mode has no agent;
+the database is unavailable).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from awarl.chat.auth import Auth, AuthError, Principal
 from awarl.chat.config import ChatSettings
 from awarl.chat.manager import UNSET, ChatError, ThreadManager
 
 log = logging.getLogger(__name__)
 
+MAX_BODY_BYTES = 1_000_000
 
-class ChatRequest(BaseModel):
+
+def _strings(value: Any) -> Any:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+class Body(BaseModel):
+    """A request body: no unknown fields, and every string valid Unicode (JSON's ``\\ud800`` escapes can
+    carry lone surrogates, which no UTF-8 store or log can hold)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _unicode(self) -> "Body":
+        for name in type(self).model_fields:
+            for text in _strings(getattr(self, name)):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise PydanticCustomError("invalid_unicode", f"{name} is not valid Unicode (a lone surrogate)") from None
+        return self
+
+
+class ChatRequest(Body):
     model_config = ConfigDict(extra="forbid")
     prompt: str = Field(..., description="The user's question.")
     answer: str | None = Field(None, description="An answer to check instead of generating one (validate-only).")
 
 
-class AnswerRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AnswerRequest(Body):
     answers: list[str | None] = Field(default_factory=list, description="One answer per pending question, in order.")
     skipped: bool = Field(False, description="Skip all pending questions.")
 
 
-class ConfigRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ConfigRequest(Body):
     generator: str | None = Field(None, description="Backend spec of the agent; null switches to validate-only.")
     policy: str | None = Field(None, description="Name of a known policy (GET /api/config/policies).")
     max_iterations: int | None = Field(None, ge=0, le=20, description="Rewrites allowed per thread.")
 
 
-class ReviewRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ReviewRequest(Body):
     verdict: str = Field(..., description="approve, or reject (marks the review's sentence wrong).")
     correction: str | None = Field(None, description="A note for the corrections list (quoted to the model as data).")
     override: bool = Field(False, description="Mark the sentence wrong even though the corpus supports it (needs a reason).")
@@ -63,9 +95,63 @@ def _error(status: int, code: str, message: str, details: Any = None) -> JSONRes
                                                                "details": jsonable_encoder(details)}})
 
 
+class _TooLarge(Exception):
+    pass
+
+
+class Guard:
+    """ASGI middleware in front of every route: the ``Host`` check, then the body limit (declared or
+    streamed: a chunked body is counted as it arrives)."""
+
+    def __init__(self, app: Any, auth: Auth, max_body: int = MAX_BODY_BYTES):
+        self.app, self.auth, self.max_body = app, auth, max_body
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        try:
+            self.auth.check_host(headers.get(b"host", b"").decode("latin-1") or None)
+            declared = headers.get(b"content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+                if not declared.isdigit():
+                    raise AuthError(400, "bad_content_length", "Content-Length is not a number")
+                raise _TooLarge
+        except AuthError as exc:
+            return await _send(send, _error(exc.status, exc.code, exc.message))
+        except _TooLarge:
+            return await _send(send, _too_large(self.max_body))
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    raise _TooLarge
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return _error(413, "body_too_large", f"the request body is over {limit:,} bytes")
+
+
+async def _send(send: Any, response: JSONResponse) -> None:
+    await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
+
+
 def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None = None) -> FastAPI:
     """The app; its ThreadManager starts with the app (lifespan) and stops with it."""
     manager = ThreadManager(settings, generators=generators)
+    try:
+        auth = Auth(settings)
+    except BaseException:
+        manager.close()
+        raise
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -77,17 +163,34 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
 
     app = FastAPI(title="awarl chat", description="Verify-and-rewrite chatbot: the trained search agent behind "
                   "automated-reasoning (Z3) and citation checks.", version="1", lifespan=lifespan)
-    app.state.manager = manager
+    app.state.manager, app.state.auth = manager, auth
+    app.add_middleware(Guard, auth=auth)
+
+    def who(request: Request) -> Principal:
+        return auth.principal(request.headers.get("authorization"))
+
+    def thread_access(thread_id: str, request: Request, principal: Principal) -> None:
+        auth.require_thread(principal, manager.store.thread_token(thread_id), request.headers.get("x-thread-token"))
 
     @app.exception_handler(ChatError)
     async def _chat_error(request: Request, exc: ChatError) -> JSONResponse:
         return _error(exc.status, exc.code, exc.message, exc.details)
+
+    @app.exception_handler(AuthError)
+    async def _auth_error(request: Request, exc: AuthError) -> JSONResponse:
+        return _error(exc.status, exc.code, exc.message)
+
+    @app.exception_handler(_TooLarge)
+    async def _large(request: Request, exc: _TooLarge) -> JSONResponse:
+        return _too_large(MAX_BODY_BYTES)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
         if any(e["type"] == "json_invalid" for e in errors):
             return _error(400, "malformed_json", "the request body is not valid JSON", errors)
+        if any(e["type"] == "invalid_unicode" for e in errors):
+            return _error(400, "invalid_unicode", "; ".join(e["msg"] for e in errors if e["type"] == "invalid_unicode"), errors)
         where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors)
         return _error(422, "invalid_request", f"{request.method} {request.url.path}: {where}", errors)
 
@@ -98,27 +201,33 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path)
-        return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
+        # The exception text stays in the log (it may hold paths, SQL or data); the client gets a reference.
+        ref = uuid.uuid4().hex[:12]
+        log.exception("%s %s failed (ref %s)", request.method, request.url.path, ref)
+        return _error(500, "internal_error", f"the server failed on this request (reference {ref} in its log)",
+                      {"reference": ref})
 
     # -- threads ---------------------------------------------------------------------------------
-    @app.post("/api/chat", summary="Ask a question (or check a given answer); returns the thread id")
-    def chat(body: ChatRequest) -> dict[str, Any]:
-        t = manager.submit(body.prompt, body.answer)
-        return {"thread_id": t.id, "status": t.status.value}
+    @app.post("/api/chat", summary="Ask a question (or check a given answer); returns the thread id and its token")
+    def chat(body: ChatRequest, principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_any(principal)
+        t, token = manager.submit_with_token(body.prompt, body.answer)
+        return {"thread_id": t.id, "status": t.status.value, "token": token}
 
     @app.get("/api/thread/{thread_id}", summary="A thread: status, final response, warning, every iteration",
              response_class=Response, responses={200: {"content": {"application/json": {}},
                                                        "description": '{"thread": {...}}'}})
-    async def thread(thread_id: str) -> Response:
+    async def thread(thread_id: str, request: Request, principal: Principal = Depends(who)) -> Response:
         # The most frequent request (clients poll it): the stored JSON goes out as is, since decoding and
         # re-encoding a thread with its findings cost more than the rest of the request, and it runs on
         # the event loop (one indexed SQLite read, well under a millisecond) instead of queueing for the
         # thread pool behind slower requests.
+        thread_access(thread_id, request, principal)
         return Response(content='{"thread": ' + manager.get_raw(thread_id) + "}", media_type="application/json")
 
     @app.get("/api/threads", summary="Threads, newest first (summaries)")
-    def threads(limit: int = 50, status: str | None = None) -> dict[str, Any]:
+    def threads(limit: int = 50, status: str | None = None, principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_staff(principal)
         if not 1 <= limit <= 1000:
             raise ChatError(422, "bad_limit", f"limit must be in [1, 1000], got {limit}")
         if status is not None and status not in ("PROCESSING", "AWAITING_INPUT", "COMPLETED", "ERROR"):
@@ -126,43 +235,53 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
         return {"threads": manager.store.list_threads(limit, status)}
 
     @app.post("/api/thread/{thread_id}/answer", summary="Answer (or skip) the thread's clarifying questions")
-    def answer(thread_id: str, body: AnswerRequest) -> dict[str, Any]:
+    def answer(thread_id: str, body: AnswerRequest, request: Request, principal: Principal = Depends(who)) -> dict[str, Any]:
+        thread_access(thread_id, request, principal)
         t = manager.answer(thread_id, body.answers, body.skipped)
         return {"thread_id": t.id, "status": t.status.value}
 
     # -- config and policies ---------------------------------------------------------------------
     @app.get("/api/config", summary="Generator, policy, max iterations, mode")
-    def get_config() -> dict[str, Any]:
+    def get_config(principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_any(principal)
         return manager.config()
 
     @app.post("/api/config", summary="Change generator, policy or max iterations (new threads use them)")
-    def set_config(body: ConfigRequest) -> dict[str, Any]:
+    def set_config(body: ConfigRequest, principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_admin(principal)
         generator = body.generator if "generator" in body.model_fields_set else UNSET
         return manager.set_config(generator=generator, policy=body.policy, max_iterations=body.max_iterations)
 
     @app.get("/api/config/policies", summary="The policies this server can check against")
-    def policies() -> dict[str, Any]:
+    def policies(principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_any(principal)
         return {"policies": manager.policies()}
 
     @app.get("/api/policy/{name}/tests", summary="A policy's tests; ?run=true runs them")
-    def policy_tests(name: str, run: bool = False) -> dict[str, Any]:
+    def policy_tests(name: str, run: bool = False, principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_any(principal)
         return manager.policy_tests(name, run)
 
     # -- reviews ---------------------------------------------------------------------------------
     @app.get("/api/reviews", summary="The review queue")
-    def reviews(status: str | None = None) -> dict[str, Any]:
+    def reviews(status: str | None = None, principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_staff(principal)
         return {"reviews": manager.reviews(status)}
 
     @app.post("/api/reviews/{review_id}", summary="Decide a review; a correction joins the corrections list")
-    def decide(review_id: int, body: ReviewRequest) -> dict[str, Any]:
-        return {"review": manager.decide(review_id, body.verdict, body.correction, override=body.override, reason=body.reason)}
+    def decide(review_id: int, body: ReviewRequest, principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_staff(principal)
+        return {"review": manager.decide(review_id, body.verdict, body.correction, reviewer=principal.name,
+                                         override=body.override, reason=body.reason)}
 
     @app.get("/api/corrections", summary="The corrections list injected into prompts")
-    def corrections() -> dict[str, Any]:
+    def corrections(principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_any(principal)
         return {"corrections": manager.corrections.records()}
 
     @app.get("/api/health", summary="Liveness, mode and thread counts")
-    def health() -> dict[str, Any]:
+    def health(principal: Principal = Depends(who)) -> dict[str, Any]:
+        auth.require_any(principal)
         return {"ok": True, "mode": manager.mode, "mode_note": settings.mode_note, "threads": manager.store.count_threads()}
 
     # -- the web UI ------------------------------------------------------------------------------

@@ -29,12 +29,15 @@ def serve(
     audit: Optional[str] = typer.Option(None, "--audit", help="Audit log (JSON lines)."),
     generator: Optional[str] = typer.Option(None, "--generator", help="Backend spec to serve (hf:PATH, vllm:PATH, openai:URL#MODEL)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Threads processed at once."),
+    admin_token: Optional[str] = typer.Option(None, "--admin-token", help="The admin token (default: "
+                                              "$AWARL_CHAT_ADMIN_TOKEN, else <db>.admin-token, generated at first start)."),
 ) -> None:
     """Serve the chatbot: REST API under /api, web UI at /."""
     from awarl.chat.config import ChatConfigError, default_settings, load_chat_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides = {"host": host, "port": port, "db": db, "audit": audit, "generator": generator, "workers": workers}
+    overrides = {"host": host, "port": port, "db": db, "audit": audit, "generator": generator, "workers": workers,
+                 "admin_token": admin_token}
     try:
         settings = load_chat_config(config, **overrides) if config else default_settings(demo, **overrides)
     except (ChatConfigError, ValueError, OSError) as exc:
@@ -54,8 +57,12 @@ def serve(
         fail(exc, 1)
     except (ValueError, OSError, sqlite3.Error) as exc:
         fail(exc, 2)
-    if settings.host not in ("127.0.0.1", "localhost", "::1"):
-        warn(f"binding {settings.host}: the chat API has no authentication; anyone who can reach this port can use it")
+    auth = app.state.auth
+    if auth.generated is not None:  # printed this once; afterwards it is only in the 0600 file
+        typer.echo(f"admin token (shown once; kept in {auth.generated}, mode 0600): {auth.admin_token}", err=True)
+    if not auth.loopback:
+        warn(f"binding {settings.host}: every route needs a token (admin, reviewer or a thread's own); Host must be one "
+             f"of {', '.join(sorted(auth.allowed_hosts))} (set allowed_hosts for the names clients use)")
     typer.echo(f"awarl chat on http://{settings.host}:{settings.port}/ — {settings.mode_note or settings.generator}")
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
 

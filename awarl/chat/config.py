@@ -84,7 +84,18 @@ class ChatSettings:
                                                "ERROR (both audited).", default="resume")
     prompts_dir: str | None = doc("Folder of prompt templates (default: the shipped ones).", default=None)
     host: str = doc("Address to bind (127.0.0.1: this machine only).", default="127.0.0.1")
-    port: int = doc("TCP port.", default=8080)
+    port: int = doc("TCP port (1-65535).", default=8080)
+    allowed_hosts: list[str] = doc("Host header values served (default: the bind address, localhost, 127.0.0.1); any "
+                                   "other is refused with 403, so a web page cannot reach the API by DNS rebinding.",
+                                   default=[])
+    admin_token: str | None = doc("The admin token (config changes, policy switches, every thread and review); prefer "
+                                  "admin_token_env or the token file <db>.admin-token generated at first start.",
+                                  default=None)
+    admin_token_env: str = doc("Environment variable holding the admin token.", default="AWARL_CHAT_ADMIN_TOKEN")
+    reviewers: dict[str, str] = doc("Reviewer name -> token (at least 16 characters); review decisions need one, and "
+                                    "the name is recorded and audited with each decision.", default={})
+    generators: list[str] = doc("Backend specs POST /api/config may switch to, besides the configured generator; a "
+                                "spec sent by a client that is not listed here is refused.", default=[])
     mode_note: str = doc("Why the server runs as it does (shown on the page and logged).", default="")
 
     def __post_init__(self) -> None:
@@ -97,6 +108,21 @@ class ChatSettings:
             raise ConfigError(f"max_questions must be in [1, 5], got {self.max_questions}")
         if self.workers < 1 or self.retries < 1:
             raise ConfigError("workers and retries must be >= 1")
+        if not 1 <= self.port <= 65535:
+            raise ConfigError(f"port must be in [1, 65535], got {self.port}")
+        for name in ("question_timeout_s", "generation_timeout_s", "check_timeout_ms"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("temperature", "backoff_s"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name, token in self.reviewers.items():
+            if not isinstance(token, str) or len(token) < 16:
+                raise ConfigError(f"reviewers.{name}: the token must be a string of at least 16 characters")
+        if len(set(self.reviewers.values())) < len(self.reviewers):
+            raise ConfigError("reviewers: two reviewers share a token, so decisions could not name who made them")
+        if self.admin_token is not None and len(self.admin_token) < 16:
+            raise ConfigError("admin_token must be at least 16 characters")
         if self.corrections is None and config_path("policies", "corrections.yaml").exists():
             self.corrections = str(config_path("policies", "corrections.yaml"))
         if self.policy:

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 UNSET: Any = object()
 MAX_PROMPT_CHARS = 8000
+MAX_ANSWER_CHARS = 16000
 
 
 class ChatError(Exception):
@@ -123,6 +124,7 @@ class ThreadManager:
                                        self.store.corrections)
         self.corpus = self._load_corpus()
         self._generators: dict[str, ChatGenerator] = dict(generators or {})
+        self._given_generators = tuple(self._generators)
         self._gen_lock = threading.Lock()
         self._retriever: Any = None
         self._queue: queue.Queue[str | None] = queue.Queue()
@@ -134,8 +136,13 @@ class ThreadManager:
         self._api_validators: dict[str, Validator] = {}
         self._api_lock = threading.Lock()
         runtime = self.store.setting("config") or {}
+        generator = runtime.get("generator", settings.generator)
+        if generator is not None and generator not in self.allowed_generators():
+            log.warning("the saved runtime generator %r is not on this config's allow-list; serving %r", generator,
+                        settings.generator)
+            generator = settings.generator
         self.runtime = {
-            "generator": runtime.get("generator", settings.generator),
+            "generator": generator,
             "policy": runtime.get("policy", settings.policy_name) if runtime.get("policy") in settings.policies else settings.policy_name,
             "max_iterations": runtime.get("max_iterations", settings.max_iterations),
         }
@@ -172,13 +179,15 @@ class ThreadManager:
     def mode(self) -> str:
         return "agent" if self.runtime["generator"] else "validate-only"
 
-    def submit(self, prompt: str, answer: str | None = None) -> Thread:
+    def submit(self, prompt: str, answer: str | None = None, *, token_hash: str | None = None) -> Thread:
         if not prompt or not prompt.strip():
             raise ChatError(422, "empty_prompt", "prompt is empty")
         if len(prompt) > MAX_PROMPT_CHARS:
             raise ChatError(422, "prompt_too_long", f"prompt has {len(prompt)} characters; at most {MAX_PROMPT_CHARS}")
         if answer is not None and not answer.strip():
             raise ChatError(422, "empty_answer", "answer is empty; leave it out to let the agent answer")
+        if answer is not None and len(answer) > MAX_ANSWER_CHARS:
+            raise ChatError(422, "answer_too_long", f"answer has {len(answer)} characters; at most {MAX_ANSWER_CHARS}")
         generator = self.runtime["generator"]
         if answer is None and not generator:
             raise ChatError(503, "no_generator", "Validate-only mode: no agent is loaded, so questions cannot be answered. "
@@ -190,9 +199,17 @@ class ThreadManager:
         t = Thread.new(prompt.strip(), given_answer=answer, generator=generator, policy=policy,
                        policy_version=self._policy_version(policy), max_iterations=int(self.runtime["max_iterations"]))
         t.note("submitted", mode=self.mode)
-        self.store.save_thread(t)
+        self.store.save_thread(t, token_hash=token_hash)
         self._queue.put(t.id)
         return t
+
+    def submit_with_token(self, prompt: str, answer: str | None = None) -> tuple[Thread, str]:
+        """`submit`, and the thread's capability token (only its hash is kept)."""
+        from awarl.chat.auth import new_token, token_hash
+
+        token = new_token()
+        t = self.submit(prompt, answer, token_hash=token_hash(token))
+        return t, token
 
     def get(self, thread_id: str) -> dict[str, Any]:
         return json.loads(self.get_raw(thread_id))
@@ -246,23 +263,19 @@ class ThreadManager:
     # -- config ------------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         return {**self.runtime, "mode": self.mode, "mode_note": self.settings.mode_note,
+                "generators": sorted(self.allowed_generators()),
                 "policies": sorted(self.settings.policies), "decisions": self.settings.uses_decisions(self.runtime["generator"]),
                 "question_timeout_s": self.settings.question_timeout_s, "corpus": self.settings.corpus}
 
     def set_config(self, generator: Any = UNSET, policy: str | None = None, max_iterations: int | None = None) -> dict[str, Any]:
-        from awarl.llm.base import BackendError
-        from awarl.llm.spec import parse_spec
-
         if policy is not None and policy not in self.settings.policies:
             raise ChatError(404, "policy_not_found", f"no policy named {policy!r}", {"policies": sorted(self.settings.policies)})
         if max_iterations is not None and not 0 <= max_iterations <= 20:
             raise ChatError(422, "bad_max_iterations", f"max_iterations must be in [0, 20], got {max_iterations}")
-        if generator is not UNSET and generator is not None:
-            if generator not in self._generators:
-                try:
-                    parse_spec(generator)
-                except BackendError as exc:
-                    raise ChatError(400, "bad_generator", str(exc)) from None
+        if generator is not UNSET and generator is not None and generator not in self.allowed_generators():
+            # Never a spec a client invents: a URL would receive every later prompt, a path would be loaded.
+            raise ChatError(403, "generator_not_allowed", f"generator {generator!r} is not on this server's allow-list "
+                            "(the config's generator and generators)", {"allowed": sorted(self.allowed_generators())})
         if policy is not None:
             self._policy_version(policy)
             self.runtime["policy"] = policy
@@ -272,6 +285,12 @@ class ThreadManager:
             self.runtime["generator"] = generator or None
         self.store.set_setting("config", self.runtime)
         return self.config()
+
+    def allowed_generators(self) -> set[str]:
+        """The specs this server may serve: its configured generator, the config's ``generators`` list, and
+        generators handed in by the embedding program."""
+        s = self.settings
+        return {g for g in (s.generator, *s.generators, *self._given_generators) if g}
 
     def policies(self) -> list[dict[str, Any]]:
         from awarl.verify.policy_tests import default_tests_path

@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS corrections (
 CREATE TABLE IF NOT EXISTS audit_head (
     log TEXT PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS thread_tokens (thread_id TEXT PRIMARY KEY, hash TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS exits (thread_id TEXT PRIMARY KEY, log TEXT NOT NULL, seq INTEGER NOT NULL);
 """
 
@@ -162,16 +163,25 @@ class Store:
             self._db.execute("COMMIT")
 
     # -- threads -------------------------------------------------------------------------------
-    def save_thread(self, t: Thread) -> None:
+    def save_thread(self, t: Thread, *, token_hash: str | None = None) -> None:
+        """Save a thread; ``token_hash`` (its capability's hash, kept apart from the thread's JSON, which the
+        API returns) is stored in the same transaction."""
         t.updated = time.time()
         data = json.dumps(t.to_dict(), ensure_ascii=False)
-        with self._lock:
-            self._db.execute(
+        with self.transaction() as db:
+            db.execute(
                 "INSERT INTO threads(id, status, state, created, updated, data) VALUES (?,?,?,?,?,?) "
                 "ON CONFLICT(id) DO UPDATE SET status=excluded.status, state=excluded.state, "
                 "updated=excluded.updated, data=excluded.data",
                 (t.id, t.status.value, t.state.value, t.created, t.updated, data),
             )
+            if token_hash is not None:
+                db.execute("INSERT OR REPLACE INTO thread_tokens(thread_id, hash) VALUES (?,?)", (t.id, token_hash))
+
+    def thread_token(self, thread_id: str) -> str | None:
+        """The hash of the thread's capability token, or None."""
+        row = self._reader().execute("SELECT hash FROM thread_tokens WHERE thread_id=?", (thread_id,)).fetchone()
+        return row["hash"] if row else None
 
     def load_thread(self, thread_id: str) -> Thread | None:
         with self._lock:

@@ -41,9 +41,13 @@ CUBES = {
 }
 
 
+ADMIN = "admin-token-for-the-chat-tests"
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+
+
 def settings_for(tmp_path: Path, **kw) -> ChatSettings:
     base = dict(policy=str(PRICING), db=str(tmp_path / "chat.sqlite"), audit=str(tmp_path / "audit.jsonl"),
-                backoff_s=0.01, workers=2, question_timeout_s=60.0)
+                backoff_s=0.01, workers=2, question_timeout_s=60.0, admin_token=ADMIN)
     base.update(kw)
     return ChatSettings(**base)
 

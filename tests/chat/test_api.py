@@ -16,7 +16,7 @@ from awarl.chat.app import create_app
 from awarl.chat.config import ChatSettings
 from awarl.chat.generate import ScriptedGenerator
 
-from .conftest import GOLD_80, GOLD_UNKNOWN, settings_for
+from .conftest import ADMIN_HEADERS, GOLD_80, GOLD_UNKNOWN, settings_for
 
 
 def _generator() -> ScriptedGenerator:
@@ -31,7 +31,7 @@ def _generator() -> ScriptedGenerator:
 def client(request, tmp_path):
     app = create_app(settings_for(tmp_path, generator="scripted"), generators={"scripted": _generator()})
     if request.param == "in-process":
-        with TestClient(app) as c:
+        with TestClient(app, base_url="http://127.0.0.1", headers=ADMIN_HEADERS) as c:
             yield c
         return
     with socket.socket() as s:
@@ -43,7 +43,7 @@ def client(request, tmp_path):
     deadline = time.monotonic() + 20
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.02)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, headers=ADMIN_HEADERS) as c:
         yield c
     server.should_exit = True
     th.join(timeout=10)
@@ -68,7 +68,7 @@ def envelope(r, status, code):
 
 def test_chat_thread_and_threads(client):
     r = client.post("/api/chat", json={"prompt": GOLD_80})
-    assert r.status_code == 200 and set(r.json()) == {"thread_id", "status"}
+    assert r.status_code == 200 and set(r.json()) == {"thread_id", "status", "token"}
     t = wait(client, r.json()["thread_id"])
     assert t["status"] == "COMPLETED" and t["badge"] == "VALID_GIVEN_YOUR_STATEMENT" and t["final_response"] == "As a gold member you get 15% off."
     assert t["warning"].startswith("Valid given your statement: “I am a gold member") and t["rewrites"] == 1
@@ -114,7 +114,7 @@ def test_config_get_set_and_policies(client):
 
 def test_every_documented_error_code_in_one_envelope(client):
     envelope(client.post("/api/chat", content=b"{not json", headers={"content-type": "application/json"}), 400, "malformed_json")
-    envelope(client.post("/api/config", json={"generator": "nosuch:thing"}), 400, "bad_generator")
+    envelope(client.post("/api/config", json={"generator": "nosuch:thing"}), 403, "generator_not_allowed")
     envelope(client.get("/api/thread/nope"), 404, "thread_not_found")
     envelope(client.post("/api/thread/nope/answer", json={"skipped": True}), 404, "thread_not_found")
     envelope(client.get("/api/no/such/route"), 404, "not_found")

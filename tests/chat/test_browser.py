@@ -19,7 +19,7 @@ import uvicorn
 from awarl.chat.app import create_app
 from awarl.chat.generate import ScriptedGenerator
 
-from .conftest import GOLD_UNKNOWN, settings_for
+from .conftest import ADMIN, GOLD_UNKNOWN, settings_for
 
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -78,6 +78,12 @@ def test_ask_see_badge_debug_proof_and_answer_a_question(server, tmp_path):
             expect = playwright.expect
             page.goto(url)
             expect(page.get_by_test_id("mode")).to_contain_text("Scripted agent over the test world")
+            expect(page.locator("#thread-list")).to_contain_text("needs a reviewer's or the admin token")
+            page.fill("#admin-token", ADMIN)  # asked once; the browser keeps it (localStorage)
+            page.click("#token-save")
+            expect(page.get_by_test_id("token-status")).to_contain_text("Token saved")
+            page.reload()  # kept by the browser: not asked again
+            expect(page.get_by_test_id("token-status")).to_contain_text("Token saved in this browser")
             page.fill("#prompt", q.question)
             page.click("#send")
             first = page.locator(".msg.bot").first

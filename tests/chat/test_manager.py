@@ -134,7 +134,10 @@ def test_threads_survive_a_restart_in_a_real_second_process(tmp_path):
         tid = client.post("/api/chat", json={"prompt": GOLD_80, "answer": "You get 10% off."}).json()["thread_id"]
         before = _done(client, tid)
         assert before["badge"] == "INVALID" and before["exit"] == "CHECKED_ONLY"
-        client.post("/api/config", json={"max_iterations": 5})
+        token = (tmp_path / "chat.sqlite.admin-token").read_text().strip()  # generated at first start, 0600
+        assert client.post("/api/config", json={"max_iterations": 5}).status_code == 401  # not without it
+        admin = {"Authorization": f"Bearer {token}"}
+        assert client.post("/api/config", json={"max_iterations": 5}, headers=admin).status_code == 200
     finally:
         _stop(first)
     second = _serve(config, port, tmp_path / "second.log")
@@ -144,13 +147,17 @@ def test_threads_survive_a_restart_in_a_real_second_process(tmp_path):
         assert client.get("/api/config").json()["max_iterations"] == 5  # runtime config persisted too
         tid2 = client.post("/api/chat", json={"prompt": GOLD_80, "answer": "As a gold member you get 15% off."}).json()["thread_id"]
         assert _done(client, tid2)["badge"] == "VALID_GIVEN_YOUR_STATEMENT"
-        assert [t["id"] for t in client.get("/api/threads").json()["threads"]] == [tid2, tid]
+        assert client.get("/api/threads").status_code == 401  # the thread list is for reviewers and the admin
+        assert [t["id"] for t in client.get("/api/threads", headers=admin).json()["threads"]] == [tid2, tid]
     finally:
         _stop(second)
     out = subprocess.run([sys.executable, "-m", "awarl.cli", "audit", "verify", str(tmp_path / "audit.jsonl")],
                          cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and "2 line(s) (2 keyed), 0 problem(s); checked against the head" in out.stdout
     assert "Validate-only mode" in (tmp_path / "first.log").read_text()  # the log says how it serves
+    assert f"admin token (shown once; kept in {tmp_path / 'chat.sqlite.admin-token'}, mode 0600): {token}" in \
+        (tmp_path / "first.log").read_text()
+    assert token not in (tmp_path / "second.log").read_text()  # printed once
 
 
 def test_a_second_manager_on_the_same_database_is_refused_before_recovery(tmp_path, make_manager):

@@ -5,6 +5,9 @@ const $ = (sel, root = document) => root.querySelector(sel);
 const shown = new Map();   // thread id -> message element
 const open = new Set();    // thread ids whose debug panel is open
 let config = null;
+const TOKEN_KEY = "awarl-chat-token";         // the admin's or a reviewer's token, asked once per browser
+const THREADS_KEY = "awarl-chat-thread-tokens"; // thread id -> the capability token POST /api/chat returned
+const threadTokens = new Map(Object.entries(JSON.parse(localStorage.getItem(THREADS_KEY) || "{}")));
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -22,12 +25,36 @@ function el(tag, attrs = {}, ...children) {
 }
 
 async function api(method, path, body) {
-  const res = await fetch(path, {method, headers: body ? {"Content-Type": "application/json"} : {},
-                                 body: body ? JSON.stringify(body) : undefined});
+  const headers = body ? {"Content-Type": "application/json"} : {};
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (token) headers["Authorization"] = `Bearer ${token}`;
+  const thread = path.match(/^\/api\/thread\/([^/?]+)/);
+  if (thread && threadTokens.has(thread[1])) headers["X-Thread-Token"] = threadTokens.get(thread[1]);
+  const res = await fetch(path, {method, headers, body: body ? JSON.stringify(body) : undefined});
   const data = await res.json().catch(() => ({error: {message: res.statusText}}));
+  if (res.status === 401 || res.status === 403) showToken(data.error && data.error.message);
   if (!res.ok) throw new Error((data.error && data.error.message) || res.statusText);
   return data;
 }
+
+// -- the token ----------------------------------------------------------------------------------
+function showToken(message) {
+  const has = !!localStorage.getItem(TOKEN_KEY);
+  $("#token-status").textContent = message || (has ? "Token saved in this browser." : "Config changes and reviews need a token.");
+  $("#token-forget").classList.toggle("hidden", !has);
+}
+
+$("#token-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const value = $("#admin-token").value.trim();
+  if (!value) return;
+  localStorage.setItem(TOKEN_KEY, value);
+  $("#admin-token").value = "";
+  showToken("Token saved in this browser.");
+  await loadConfig().then(refreshThreads).catch(() => {});
+});
+
+$("#token-forget").addEventListener("click", () => { localStorage.removeItem(TOKEN_KEY); showToken(); });
 
 // -- config -------------------------------------------------------------------------------------
 async function loadConfig() {
@@ -36,7 +63,8 @@ async function loadConfig() {
   mode.textContent = config.mode === "agent" ? `Agent: ${config.generator} — ${config.mode_note || ""}`
                                              : (config.mode_note || "Validate-only mode: no agent loaded.");
   mode.className = "mode " + (config.mode === "agent" ? "agent" : "validate-only");
-  $("#cfg-generator").value = config.generator || "";
+  $("#cfg-generator").replaceChildren(el("option", {value: ""}, "none (validate-only)"),
+    ...config.generators.map(g => el("option", {value: g, selected: g === config.generator}, g)));
   $("#cfg-max").value = config.max_iterations;
   const policies = (await api("GET", "/api/config/policies")).policies;
   const sel = $("#cfg-policy");
@@ -65,6 +93,8 @@ $("#ask-form").addEventListener("submit", async (ev) => {
   const msg = addMessage(null, prompt);
   try {
     const r = await api("POST", "/api/chat", answer ? {prompt, answer} : {prompt});
+    threadTokens.set(r.thread_id, r.token);
+    localStorage.setItem(THREADS_KEY, JSON.stringify(Object.fromEntries(threadTokens)));
     $("#prompt").value = ""; $("#answer").value = "";
     track(r.thread_id, msg);
   } catch (e) {
@@ -209,7 +239,9 @@ function debugPanel(t) {
 
 // -- threads list -------------------------------------------------------------------------------
 async function refreshThreads() {
-  const list = (await api("GET", "/api/threads?limit=30")).threads;
+  let list;
+  try { list = (await api("GET", "/api/threads?limit=30")).threads; }
+  catch (e) { $("#thread-list").replaceChildren(el("li", {class: "small"}, "The thread list needs a reviewer's or the admin token.")); return; }
   $("#thread-list").replaceChildren(...list.map(t => el("li", {
       onclick: () => { if (!shown.has(t.id)) { const m = addMessage(t.id, t.prompt); track(t.id, m); }
                        shown.get(t.id).scrollIntoView({behavior: "smooth"}); }},
@@ -219,26 +251,37 @@ async function refreshThreads() {
 
 // -- reviews ------------------------------------------------------------------------------------
 async function refreshReviewCount() {
-  const pending = (await api("GET", "/api/reviews?status=pending")).reviews;
+  let pending;
+  try { pending = (await api("GET", "/api/reviews?status=pending")).reviews; } catch (e) { return; }
   $("#review-count").textContent = pending.length ? `(${pending.length})` : "";
 }
 
 async function loadReviews() {
-  const reviews = (await api("GET", "/api/reviews")).reviews;
+  let reviews;
+  try { reviews = (await api("GET", "/api/reviews")).reviews; }
+  catch (e) { $("#reviews").replaceChildren(el("p", {class: "error"}, e.message)); return; }
   if (!reviews.length) { $("#reviews").replaceChildren(el("p", {class: "small"}, "Nothing to review.")); return; }
   $("#reviews").replaceChildren(...reviews.reverse().map(r => {
     const verdict = el("select", {}, el("option", {value: "approve"}, "approve"), el("option", {value: "reject"}, "reject"));
-    const correction = el("textarea", {rows: 2, placeholder: "Correction to add to the corrections list (optional)"});
+    const correction = el("textarea", {rows: 2, placeholder: "A note for the corrections list (optional; quoted to the model as data)"});
+    const override = el("input", {type: "checkbox", "data-testid": "review-override"});
+    const reason = el("input", {type: "text", placeholder: "reason (needed with override)", "data-testid": "review-reason"});
+    const problem = el("div", {class: "error", "data-testid": "review-error"});
     const body = [el("div", {}, el("span", {class: "badge SATISFIABLE"}, r.reason), ` #${r.id} · thread ${r.thread_id || "-"} · ${r.status}`),
                   el("div", {}, "Question: ", r.data.question || ""),
                   el("div", {}, "Sentence: ", el("code", {}, r.data.sentence || r.data.answer || "")),
                   r.data.passage_ids ? el("div", {class: "small"}, "cites " + r.data.passage_ids.join(", ")) : ""];
     if (r.status === "pending") {
       body.push(el("div", {class: "actions"}, verdict, el("button", {"data-testid": "review-submit", onclick: async () => {
-        await api("POST", `/api/reviews/${r.id}`, {verdict: verdict.value, correction: correction.value.trim() || null});
-        loadReviews(); refreshReviewCount(); }}, "Decide")), correction);
+        try {
+          await api("POST", `/api/reviews/${r.id}`, {verdict: verdict.value, correction: correction.value.trim() || null,
+                                                     override: override.checked, reason: reason.value.trim() || null});
+        } catch (e) { problem.textContent = e.message; return; }
+        loadReviews(); refreshReviewCount(); }}, "Decide"),
+        el("label", {class: "small"}, override, " override (the corpus supports it)"), reason), correction, problem);
     } else {
-      body.push(el("div", {class: "small"}, `verdict ${r.verdict}` + (r.correction ? ` · correction: ${r.correction}` : "")));
+      body.push(el("div", {class: "small"}, `verdict ${r.verdict}` + (r.reviewer ? ` by ${r.reviewer}` : "")
+                                            + (r.correction ? ` · correction: ${r.correction}` : "")));
     }
     return el("div", {class: "review"}, ...body);
   }));
@@ -253,4 +296,5 @@ for (const tab of document.querySelectorAll(".tab")) {
   });
 }
 
-loadConfig().then(refreshThreads);
+showToken();
+loadConfig().then(refreshThreads).catch(e => { $("#mode").textContent = e.message; });
