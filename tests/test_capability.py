@@ -40,15 +40,15 @@ def _rows(path: Path) -> list[dict]:
 
 
 class CrashAfterFirstRow:
-    """Wraps a real backend; raises once the output file holds a finished query (a crash mid-run)."""
+    """Wraps a real backend; raises once the output file holds ``rows`` finished queries (a crash mid-run)."""
 
-    def __init__(self, inner, out: Path):
-        self.inner, self.out = inner, out
+    def __init__(self, inner, out: Path, rows: int = 1):
+        self.inner, self.out, self.rows = inner, out, rows
         self.accepts, self.tokenizer = inner.accepts, inner.tokenizer
         self.eos_token_ids, self.max_model_len, self.name = inner.eos_token_ids, inner.max_model_len, inner.name
 
     def generate(self, prompts, params):
-        if self.out.exists() and self.out.read_text().count("\n") >= 1:
+        if self.out.exists() and self.out.read_text().count("\n") >= self.rows:
             raise KeyboardInterrupt("simulated crash")
         return self.inner.generate(prompts, params)
 
@@ -74,7 +74,7 @@ def test_estimate_k2_with_resume_after_crash(prepared, backend, tmp_path):
     traj = tmp_path / "traj.jsonl"
     rollout = RolloutSettings(scope="closed", max_searches=2, max_completion_tokens=256)
     config = CapabilityConfig(model="tiny", data=prepared, out=out, rollout=rollout, k=2, temperature=1.0,
-                              max_concurrent=2, trajectories=traj, seed=3)
+                              max_concurrent=2, trajectories=traj, seed=3, chunk=1)
     with pytest.raises(KeyboardInterrupt):
         estimate(config, backend=CrashAfterFirstRow(backend, out), progress=False)
     first = _rows(out)
@@ -109,6 +109,79 @@ def test_estimate_k2_with_resume_after_crash(prepared, backend, tmp_path):
                              temperature=1.0)
     with pytest.raises(DataError, match=r"other rollout settings \(topk: 5 vs 3; this run vs recorded\).*new --out"):
         estimate(other, backend=backend, progress=False)
+
+
+def _without_timing(row: dict) -> dict:
+    return {**row, "capability": {k: v for k, v in row["capability"].items() if k != "seconds"}}
+
+
+@pytest.fixture(scope="module")
+def world_records(world_prepared, tmp_path_factory) -> Path:
+    """records.jsonl (6 held-out questions of the test world, which the warm-started model answers right,
+    wrong or abstains on) with the world's corpus.jsonl beside it."""
+    records, passages = world_prepared
+    folder = tmp_path_factory.mktemp("world-records")
+    write_jsonl(folder / "records.jsonl", (r.to_dict() for r in records[:6]))
+    write_jsonl(folder / "corpus.jsonl", (p.to_dict() for p in passages))
+    return folder / "records.jsonl"
+
+
+def _without_timing(row: dict) -> dict:
+    if "capability" in row:
+        return {**row, "capability": {k: v for k, v in row["capability"].items() if k != "seconds"}}
+    return {k: v for k, v in row.items() if k != "seconds"}
+
+
+def test_a_resumed_estimate_equals_an_uninterrupted_one(world_records, backend, tmp_path):
+    """Interrupted inside its second chunk and resumed, a run writes exactly the rows (and trajectories)
+    of a run that was never interrupted: every rollout samples from its own (seed, query, sample) stream
+    and the chunk the crash cut runs again whole."""
+    rollout = RolloutSettings(scope="closed", topk=3, passage_words=20, max_searches=2, max_completion_tokens=384)
+
+    def config(name: str) -> CapabilityConfig:
+        return CapabilityConfig(model="tiny", data=world_records, out=tmp_path / f"{name}.jsonl", rollout=rollout, k=2,
+                                temperature=1.0, max_concurrent=4, seed=11, chunk=3,
+                                trajectories=tmp_path / f"{name}.traj.jsonl")
+
+    whole, resumed = config("whole"), config("resumed")
+    estimate(whole, backend=backend, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        estimate(resumed, backend=CrashAfterFirstRow(backend, resumed.out, rows=4), progress=False)
+    written = len(_rows(resumed.out))
+    assert 4 <= written < 6  # the first chunk and part of the second
+    result = estimate(resumed, backend=backend, progress=False)
+    assert (result.skipped, result.estimated) == (written, 6 - written)
+    for a, b, key in ((whole.out, resumed.out, "id"), (whole.trajectories, resumed.trajectories, "record_id")):
+        expected = sorted((_without_timing(r) for r in _rows(a)), key=lambda r: (r[key], r.get("sample", 0)))
+        assert sorted((_without_timing(r) for r in _rows(b)), key=lambda r: (r[key], r.get("sample", 0))) == expected
+    trajectories = _rows(whole.trajectories)
+    assert len({t["outcome"] for t in trajectories}) > 1  # the comparison covers sampled, differing rollouts
+    assert len({tuple(t["final_text"] for t in trajectories if t["record_id"] == i) for i in {t["record_id"] for t in trajectories}}) > 1
+
+
+def test_a_second_run_on_one_output_is_refused_naming_the_holder(prepared, tiny_sft_model_dir, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "p.jsonl"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from awarl.agent.stage import OutputLock\n"
+         "with OutputLock(Path(sys.argv[1])):\n    print('held', flush=True); sys.stdin.read()", str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res = CliRunner().invoke(app, ["capability", "estimate", "--model", str(tiny_sft_model_dir), "--data",
+                                       str(prepared), "--out", str(out), "--k", "2", "--no-progress"])
+    finally:
+        holder.communicate("")
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines()[-1] == (f"error: {out}: another run (pid {holder.pid}) is writing here; "
+                                                   "wait for it to finish or write to another --out")
+    assert not out.exists()
+    from awarl.agent.stage import OutputLock
+
+    with OutputLock(out):  # the holder exited: the lock is free again
+        pass
 
 
 def test_shards_then_merge_via_cli(prepared, tiny_sft_model_dir, tmp_path):
