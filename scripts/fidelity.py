@@ -75,7 +75,7 @@ def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path, overrides:
         if not (folder / "grpo" / "final" / "config.json").exists():
             grpo.main(config, resume=resume, output_dir=str(folder / "grpo"),
                       extra_callbacks=[MetricsLog(folder / "metrics_log.jsonl")])
-        result = run_eval(EvalConfig(model=str(folder / "grpo" / "final"), data=demo._eval_records_with_p(),
+        result = run_eval(EvalConfig(model=str(folder / "grpo" / "final"), data=demo.eval_records_with_p(),
                                      out=folder / "eval", name=f"{arm} seed {seed}", rollout=demo.rollout,
                                      corpus=demo.paths.corpus, temperature=0.0, seed=seed,
                                      backend_options={"device": "cpu"}), progress=False)

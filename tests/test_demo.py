@@ -10,19 +10,13 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from awarl.demo import (
-    DEFAULT_RECIPE,
-    DemoRecipe,
-    _summary_fields,
-    capability_warnings,
-    refusal_by_p,
-    run_demo,
-)
+from awarl.demo import DEFAULT_RECIPE, DemoRecipe, refusal_by_p, run_demo, summary_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +26,7 @@ def tiny_recipe(path: Path) -> Path:
     raw = yaml.safe_load(DEFAULT_RECIPE.read_text())
     raw["world"]["persons"] = 30
     raw["capability"]["k"] = 2
-    raw["sft"]["args"].update(max_steps=12, logging_steps=4)
+    raw["sft"]["args"].update(max_steps=12, logging_steps=4, save_steps=4)
     raw["grpo"].update(max_steps=4, save_steps=2, per_device_train_batch_size=8, steps_per_generation=2)
     raw["logging"]["report_to"] = []
     path.write_text(yaml.safe_dump(raw))
@@ -79,6 +73,74 @@ def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
     # rerunning resumes: every stage is reused and the numbers are the same
     again = run_demo(out, recipe=recipe, progress=False)
     assert again["before_rl"] == metrics["before_rl"] and again["after_rl"] == metrics["after_rl"]
+
+
+class _Killed(Exception):
+    """What the simulated kill raises."""
+
+
+def _watch_sft(monkeypatch, callback) -> None:
+    """Hand ``callback`` to every SFT trainer the demo builds (the real trainer, watched)."""
+    from awarl.train import sft
+
+    build = sft.build_trainer
+
+    def watched(*args, **kwargs):
+        trainer = build(*args, **kwargs)
+        trainer.add_callback(callback)
+        return trainer
+
+    monkeypatch.setattr(sft, "build_trainer", watched)
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_killed_sft_resumes_from_its_checkpoint_after_the_folder_moved(tmp_path, monkeypatch):
+    import torch
+    from transformers import TrainerCallback
+
+    class KillAfterSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step >= 8:
+                raise _Killed(state.global_step)
+
+    class FirstStep(TrainerCallback):
+        first = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.first = self.first or state.global_step
+
+    recipe = tiny_recipe(tmp_path / "recipe.yaml")  # SFT: 12 steps, a checkpoint every 4
+    _watch_sft(monkeypatch, KillAfterSave())
+    with pytest.raises(_Killed):
+        run_demo(tmp_path / "first", recipe=recipe, progress=False, until="sft")
+    assert (tmp_path / "first" / "sft" / "checkpoint-8" / "trainer_state.json").exists()
+    assert not (tmp_path / "first" / "sft" / "final").exists()
+    (tmp_path / "first").rename(tmp_path / "moved")
+    seen = FirstStep()
+    monkeypatch.undo()
+    _watch_sft(monkeypatch, seen)
+    run_demo(tmp_path / "moved", recipe=recipe, progress=False, until="p_i")
+    assert seen.first == 9  # step 9 of 12 came first: the run went on from checkpoint-8, not from step 0
+    straight = tmp_path / "straight"
+    shutil.copytree(tmp_path / "moved" / "model", straight / "model")  # the same random model, not rebuilt
+    run_demo(straight, recipe=recipe, progress=False, until="sft")
+    resumed, uninterrupted = _weights(tmp_path / "moved" / "sft" / "final"), _weights(straight / "sft" / "final")
+    assert resumed.keys() == uninterrupted.keys()
+    assert all(torch.equal(resumed[k], uninterrupted[k]) for k in resumed)
+    # moved once more after p_i: every stage is reused where it now lies, nothing is refused or redone
+    p_rows = (tmp_path / "moved" / "capability" / "eval.jsonl").read_text()
+    (tmp_path / "moved").rename(tmp_path / "again")
+    run_demo(tmp_path / "again", recipe=recipe, progress=False, until="p_i")
+    assert (tmp_path / "again" / "capability" / "eval.jsonl").read_text() == p_rows
+    for rel in ("recipe.json", "demo.json", "capability/rl.jsonl", "sft/awarl_recipe.yaml", "sft/final/awarl_recipe.yaml"):
+        text = (tmp_path / "again" / rel).read_text()
+        assert not any(str(tmp_path / name) in text for name in ("first", "moved", "again")), rel
 
 
 def test_demo_refuses_a_folder_of_another_world(tmp_path):
@@ -159,15 +221,8 @@ def test_refusal_by_p_bins_by_value():
                                   {"p": 1.0, "n": 1, "refusal": 0.0}]
 
 
-def test_degenerate_p_i_warns_with_a_fix():
-    stats = {"all_zero": True, "unparsable_share": 0.8}
-    messages = capability_warnings(stats, "rl")
-    assert len(messages) == 2 and "sft.args.max_steps" in messages[0] and "max_completion_tokens" in messages[1]
-    assert capability_warnings({"all_zero": False, "unparsable_share": 0.1}, "rl") == []
-
-
 def test_summary_line_fields():
-    assert _summary_fields("[sft] step 40/600 | loss 0.4210 | 0.21 s/step") == {"step": 40.0, "loss": 0.421}
+    assert summary_fields("[sft] step 40/600 | loss 0.4210 | 0.21 s/step") == {"step": 40.0, "loss": 0.421}
 
 
 def test_quiet_terminal_sends_library_output_to_the_log(tmp_path, capfd):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.data.records import DataError, iter_jsonl, json_type, read_json
+from awarl.errors import ConfigError
 
 COLUMNS = (
     ("precision", "P"),
@@ -170,11 +171,7 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def plot_frontier(runs: Sequence[RunSummary], path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     points = [(float(r.metrics["macro"].get("accuracy") or 0.0), float(r.metrics["macro"].get("precision") or 0.0))
               for r in runs]
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
@@ -198,29 +195,61 @@ def plot_frontier(runs: Sequence[RunSummary], path: Path) -> Path:
     return path
 
 
-def plot_calibration(runs: Sequence[RunSummary], path: Path) -> Path:
+@dataclass
+class RefusalCurve:
+    """One line of a refusal-by-p_i plot: ``(p, refusal rate, questions)`` points."""
+
+    label: str
+    points: list[tuple[float, float, int]]
+    color: str | None = None
+    marker: str = "o"
+
+
+def decile_curves(runs: Sequence[RunSummary]) -> list[RefusalCurve]:
+    """Each run's refusal rate per p_i decile, at the decile midpoints (empty deciles left out)."""
+    return [RefusalCurve(run.name, [((d["low"] + d["high"]) / 2, d["refusal_rate"], d["n"])
+                                    for d in run.calibration if d["n"]]) for run in runs]
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend: plots go to files, no display is needed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    plotted = 0
-    for run in runs:
-        pts = [((d["low"] + d["high"]) / 2, d["refusal_rate"]) for d in run.calibration if d["n"]]
-        if pts:
-            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=run.name)
-            plotted += 1
+    return plt
+
+
+def plot_calibration(curves: Sequence[RefusalCurve], path: Path, *, title: str = "Refusal rate by p_i decile",
+                     xlabel: str = "capability p_i (decile midpoint)",
+                     better_bet: tuple[Sequence[float], Sequence[bool], str] | None = None,
+                     counts: bool = False) -> Path:
+    """Refusal rate against p_i, one line per curve. ``better_bet`` = (p values, refusing pays more?,
+    label) draws where the reward makes refusing the better bet; ``counts`` writes the first curve's
+    number of questions under each of its points. A calibrated agent refuses more as p_i falls."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    plotted = [c for c in curves if c.points]
+    for c in plotted:
+        ax.plot([x for x, _, _ in c.points], [y for _, y, _ in c.points], marker=c.marker, color=c.color,
+                label=c.label)
+    if better_bet is not None and len(better_bet[0]):
+        ax.step(list(better_bet[0]), [float(v) for v in better_bet[1]], where="mid", color="tab:green", ls="--",
+                label=better_bet[2])
+    if counts and plotted:
+        for x, _, n in plotted[0].points:
+            ax.annotate(f"n={n}", (x, -0.06), ha="center", fontsize=7, color="dimgray")
     if plotted:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no run has p_i on its records\n(run `awarl capability estimate` first)",
                 ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("capability p_i (decile midpoint)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("refusal rate")
-    ax.set_title("Refusal rate by p_i decile")
-    ax.set_xlim(0, 1)
-    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.1 if counts else -0.02, 1.05)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -231,7 +260,7 @@ def plot_calibration(runs: Sequence[RunSummary], path: Path) -> Path:
 def build_report(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str, Path]:
     """Write report.md, report.json, frontier.png and calibration.png into ``out``."""
     if not run_dirs:
-        raise ValueError("give at least one run folder")
+        raise ConfigError("give at least one run folder")
     runs = [load_run(d) for d in run_dirs]
     names = [r.name for r in runs]
     if len(set(names)) < len(names):  # two folders with one name: tell them apart by path
@@ -252,5 +281,5 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str, P
         "table": rows,
     }, indent=2) + "\n", encoding="utf-8")
     paths["frontier"] = plot_frontier(runs, out / "frontier.png")
-    paths["calibration"] = plot_calibration(runs, out / "calibration.png")
+    paths["calibration"] = plot_calibration(decile_curves(runs), out / "calibration.png")
     return paths

@@ -29,8 +29,11 @@ up). TRL's ``completions/clipped_ratio`` misses the second kind: such a rollout 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class RolloutCheckError(RuntimeError):
@@ -89,11 +92,9 @@ def check_batch(completion_ids: Sequence[Sequence[int]], tool_mask: Sequence[Seq
     """Check one generation batch (see the module docstring); returns, per rollout, whether it was truncated.
 
     ``sampled[j]`` holds what the j-th generate call returned: call 0 one row per rollout, call j >= 1
-    one row per rollout still in the tool loop after j rounds, in rollout order (TRL's ``idxs_with_tool``)."""
+    one row per rollout still in the tool loop after j rounds, in rollout order (TRL's ``idxs_with_tool``;
+    `align_turns`)."""
     n = len(completion_ids)
-    if not sampled or len(sampled[0]) != n:
-        raise RolloutCheckError(f"the first generate call returned {len(sampled[0]) if sampled else 0} rows for {n} "
-                                f"rollouts; the rollout check cannot align turns (a TRL version other than 1.16?)")
     split = []
     for i in range(n):
         ids, mask = completion_ids[i], tool_mask[i]
@@ -104,15 +105,7 @@ def check_batch(completion_ids: Sequence[Sequence[int]], tool_mask: Sequence[Seq
             raise RolloutCheckError(f"rollout {i}: {len(ids)} completion tokens, over the per-rollout budget "
                                     f"max_completion_tokens={budget} (tool tokens included)")
         split.append(split_completion(ids, mask))
-    rows: list[list[list[int]]] = [[list(r) for r in sampled[0]]]
-    for j in range(1, 1 + max((len(tools) for _, tools in split), default=0)):
-        members = [i for i in range(n) if len(split[i][1]) >= j]
-        call = sampled[j] if j < len(sampled) else []
-        if len(call) != len(members):
-            raise RolloutCheckError(f"tool round {j}: generate returned {len(call)} rows for the {len(members)} "
-                                    f"rollouts that reached it; the rollout check cannot align turns")
-        by_rollout = dict(zip(members, call))
-        rows.append([list(by_rollout.get(i, [])) for i in range(n)])
+    rows = align_turns(sampled, [len(tools) for _, tools in split])
     truncated = []
     for i, (turns, tools) in enumerate(split):
         rounds = tool_rounds(completions[i])
@@ -125,7 +118,7 @@ def check_batch(completion_ids: Sequence[Sequence[int]], tool_mask: Sequence[Seq
                 raise RolloutCheckError(f"rollout {i}, tool round {j}: the masked tokens {decode(got)[:80]!r} are not "
                                         f"the chat template's rendering of the tool results {decode(want)[:80]!r}")
         full = len(completion_ids[i]) == budget
-        for j, got in enumerate(turns):
+        for j, got in enumerate(turns if rows is not None else ()):
             want = rows[j][i]
             if got != want and not (full and j == len(turns) - 1 and got == want[: len(got)]):
                 at = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
@@ -136,6 +129,26 @@ def check_batch(completion_ids: Sequence[Sequence[int]], tool_mask: Sequence[Seq
         ids = completion_ids[i]
         truncated.append(bool(not ids or ids[-1] not in stop_ids or last.get("tool_calls")))
     return truncated
+
+
+def align_turns(sampled: Sequence[Sequence[Sequence[int]]], rounds: Sequence[int]) -> list[list[list[int]]] | None:
+    """``rows[j][i]``: what generate call j sampled for rollout i, from the calls in order (call 0: every
+    rollout; call j: the rollouts with at least j tool rounds, in order). None, with a warning, when the calls
+    do not line up so (a generation backend that returns rows otherwise): the sampled-id check is then skipped,
+    the mask, budget and tool-suffix checks still run."""
+    n = len(rounds)
+    counts = [n] + [sum(r >= j for r in rounds) for j in range(1, 1 + max(rounds, default=0))]
+    got = [len(call) for call in sampled]
+    if got[: len(counts)] != counts or any(got[len(counts):]):
+        log.warning("rollout checks: the generate calls returned %s rows where the tool loop implies %s; the "
+                    "check that trained ids are the sampled ids is skipped for this batch", got, counts)
+        return None
+    rows: list[list[list[int]]] = [[list(r) for r in sampled[0]]]
+    for j in range(1, len(counts)):
+        members = [i for i in range(n) if rounds[i] >= j]
+        by_rollout = dict(zip(members, sampled[j]))
+        rows.append([list(by_rollout.get(i, [])) for i in range(n)])
+    return rows
 
 
 def guard_rollouts(trainer: Any) -> None:
@@ -173,4 +186,4 @@ def guard_rollouts(trainer: Any) -> None:
     trainer._generate = checked_generate
 
 
-__all__ = ["RolloutCheckError", "check_batch", "guard_rollouts", "mask_runs", "split_completion", "tool_rounds"]
+__all__ = ["RolloutCheckError", "align_turns", "check_batch", "guard_rollouts", "mask_runs", "split_completion", "tool_rounds"]

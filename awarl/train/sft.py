@@ -250,12 +250,16 @@ def build_trainer(config: TrainConfig, output_dir: str | Path, on_log: Callable[
     )
 
 
-def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[str], None] | None = None) -> Path:
-    """Run cold-start SFT; the model, its tokenizer and chat template go to ``<output>/final``."""
-    from awarl.train.grpo import save_final
+def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[str], None] | None = None,
+         resume: str | None = None) -> Path:
+    """Run cold-start SFT; the model, its tokenizer and chat template go to ``<output>/final``.
+    ``resume`` ('latest' or a checkpoint folder) continues a run that saved checkpoints
+    (``sft.args.save_strategy: steps``) from its step, optimizer and data position."""
+    from awarl.train.grpo import resume_checkpoint, save_final
 
     out = Path(output_dir) if output_dir else config.sft_final().parent
     trainer = build_trainer(config, out, on_log)
     config.save(out)
-    trainer.train()
+    checkpoint = resume_checkpoint(resume, out)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     return save_final(trainer, config, out / "final")

@@ -1,0 +1,233 @@
+"""The demo's report: ``metrics.json``, ``report/report.md`` and the plots, rebuilt from the run
+folders (so a rerun rebuilds them), and the headline the terminal prints."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+COLUMNS = {
+    "precision": "correct / answered: how often an answer the agent gives is right (abstentions excluded)",
+    "accuracy": "correct / all questions",
+    "RA-F1": "harmonic mean of precision and accuracy, 2PA / (P + A)",
+    "refusal": "abstained / all questions",
+    "abstain-recall": "share of UNANSWERABLE questions the agent abstained on (higher is better)",
+    "over-refusal": "share of ANSWERABLE questions the agent abstained on (lower is better)",
+    "acc. answerable": "correct / answerable questions",
+    "expected refusal": "share of questions where refusing is the better bet under the AWA reward: "
+                        "R_base(p) = 1 - max(p, p_clip)^gamma > p (p = the SFT checkpoint's p_i)",
+}
+
+
+def outcome_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """Per-question rows of an evaluation run: outcome, answerable, p."""
+    from awarl.data.records import iter_jsonl
+
+    return [row for _, row in iter_jsonl(run_dir / "trajectories.jsonl")]
+
+
+def run_summary(metrics: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's numbers for one evaluated checkpoint."""
+    o = metrics["overall"]
+    answerable = [r for r in rows if r.get("answerable", True)]
+    return {
+        "n": o["n"], "precision": o["precision"], "accuracy": o["accuracy"], "ra_f1": o["ra_f1"],
+        "refusal_rate": o["refusal_rate"], "abstain_recall": o.get("abstain_recall"),
+        "over_refusal": o.get("over_refusal"),
+        "accuracy_answerable": sum(r["outcome"] == "correct" for r in answerable) / len(answerable) if answerable else 0.0,
+        "unparsable": sum(r.get("answer") is None for r in rows) / max(len(rows), 1),
+        "searches_per_question": o.get("searches_per_question"),
+    }
+
+
+def refusal_by_p(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Refusal share per p_i VALUE (K samples give K + 1 values; deciles would merge them)."""
+    bins: dict[float, list[bool]] = {}
+    for r in rows:
+        if isinstance(r.get("p"), (int, float)):
+            bins.setdefault(round(float(r["p"]), 4), []).append(bool(r.get("abstained")))
+    return [{"p": p, "n": len(v), "refusal": sum(v) / len(v)} for p, v in sorted(bins.items())]
+
+
+def expected_refusal(rows: list[dict[str, Any]], reward: Any) -> float | None:
+    """Share of the rows where refusing is the better bet under an AWA ``reward`` (None for other kinds)."""
+    from awarl.rewards.refusal import expected_refusal_rate
+
+    ps = [float(r["p"]) for r in rows if isinstance(r.get("p"), (int, float))]
+    if not ps or reward.kind != "awa":
+        return None
+    return expected_refusal_rate(ps, reward.p_clip, reward.gamma, reward.r_correct, reward.r_wrong)
+
+
+def capability_section(path: Path) -> dict[str, Any]:
+    """`awarl.capability.summarize` of a p_i file, with what the report shows beside it: K, the mean p
+    over answerable questions and the histogram of p by value."""
+    from awarl.capability import summarize
+    from awarl.data.records import iter_jsonl
+
+    rows = [row for _, row in iter_jsonl(path)]
+    hist: dict[str, int] = {}
+    for row in rows:
+        hist[f"{row['p']:.3f}"] = hist.get(f"{row['p']:.3f}", 0) + 1
+    answerable = [row["p"] for row in rows if row.get("answerable", True)]
+    return {
+        **asdict(summarize(path)),
+        "k": max(((row.get("capability") or {}).get("k", 0) for row in rows), default=0),
+        "mean_p_answerable": sum(answerable) / len(answerable) if answerable else 0.0,
+        "histogram": dict(sorted(hist.items(), key=lambda kv: float(kv[0]))),
+    }
+
+
+def quality_checks(demo: Any, runs: dict[str, dict[str, Any]], expected: float | None) -> dict[str, Any]:
+    """The recipe's floors against this run; a miss is a loud warning."""
+    floors = demo.recipe.floors
+    checks = {}
+    if "sft_accuracy_answerable" in floors:
+        value = runs["sft"]["accuracy_answerable"]
+        checks["sft_accuracy_answerable"] = {"value": value, "floor": floors["sft_accuracy_answerable"],
+                                             "passed": value >= floors["sft_accuracy_answerable"]}
+    if "refusal_gap" in floors and expected is not None:
+        gap = abs(runs["grpo"]["refusal_rate"] - expected)
+        checks["refusal_gap"] = {"value": gap, "floor": floors["refusal_gap"], "passed": gap <= floors["refusal_gap"],
+                                 "refusal_after": runs["grpo"]["refusal_rate"], "expected": expected}
+    for name, check in checks.items():
+        if not check["passed"]:
+            demo.warn(f"quality floor missed: {name} = {check['value']:.3f} (floor {check['floor']}); see report.md")
+    return checks
+
+
+def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """metrics.json, report.md and the plots of a `awarl.demo.run.Demo`, from its run folders (so a
+    rerun rebuilds them)."""
+    from awarl.demo.plots import write_plots
+    from awarl.train.callbacks import read_metrics_log
+
+    p = demo.paths
+    p.report.mkdir(parents=True, exist_ok=True)
+    config = demo.train_config()
+    rows = {name: outcome_rows(p.eval / name) for name in ("sft", "grpo")}
+    runs = {name: run_summary(results[name], rows[name]) for name in ("sft", "grpo")}
+    expected = expected_refusal(rows["sft"], config.reward)
+    steps = read_metrics_log(p.grpo_metrics)
+    checks = quality_checks(demo, runs, expected)
+    metrics = {
+        "mode": "quick" if demo.quick else "full", "seed": demo.seed, "world": world.stats(),
+        "warm_start_abstain_share": demo.recipe.abstain_share,
+        "rollout": config.rollout.to_dict(), "reward": {k: getattr(config.reward, k) for k in (
+            "kind", "gamma", "p_clip", "beta", "tau", "delta", "max_penalty", "cap_abstain")},
+        "capability": {split: capability_section(p.p_file(split)) for split in ("rl", "eval")},
+        "before_rl": runs["sft"], "after_rl": runs["grpo"], "expected_refusal": expected,
+        "refusal_by_p": {"before_rl": refusal_by_p(rows["sft"]), "after_rl": refusal_by_p(rows["grpo"])},
+        "grpo_steps": len(steps), "grpo_last": last_window(steps), "checks": checks,
+        "timings_s": demo.timings, "warnings": demo.warnings,
+    }
+    plots = write_plots(p.report, steps, runs, metrics["refusal_by_p"], expected, config.reward)
+    metrics["plots"] = {k: str(v.relative_to(p.root)) for k, v in plots.items() if v is not None}
+    check_finite(metrics)
+    (p.root / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
+    (p.report / "report.md").write_text(report_markdown(metrics), encoding="utf-8")
+    metrics["headline"] = headline(metrics)
+    return metrics
+
+
+def last_window(steps: list[dict[str, Any]], n: int = 10) -> dict[str, float]:
+    """Means of the controller's terms over the last ``n`` logged GRPO steps."""
+    keys = ("awa/refusal_rate", "awa/expected_refusal_rate", "awa/penalty", "awa/accuracy", "awa/precision", "reward")
+    out = {}
+    for key in keys:
+        values = [s[key] for s in steps[-n:] if isinstance(s.get(key), (int, float))]
+        if values:
+            out[key] = sum(values) / len(values)
+    return out
+
+
+def check_finite(value: Any, where: str = "metrics") -> None:
+    """Refuse a report holding NaN or infinity, naming where it is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} is {value}: a stage produced a non-finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_finite(v, f"{where}.{k}")
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            check_finite(v, f"{where}[{i}]")
+
+
+def headline(m: dict[str, Any]) -> list[str]:
+    """What the terminal prints at the end: the held-out table before and after RL."""
+    b, a = m["before_rl"], m["after_rl"]
+    exp = m["expected_refusal"]
+    lines = [f"  held-out ({b['n']} questions)      before RL   after RL",
+             *(f"  {label:<28} {b[key]:>9.2f} {a[key]:>10.2f}" for key, label in (
+                 ("precision", "precision"), ("accuracy", "accuracy"), ("ra_f1", "RA-F1"),
+                 ("refusal_rate", "refusal rate"), ("abstain_recall", "abstain-recall (unanswerable)"),
+                 ("over_refusal", "over-refusal (answerable)")) if b.get(key) is not None and a.get(key) is not None)]
+    if exp is not None:
+        lines.append(f"  expected refusal rate (AWA, from p_i): {exp:.2f}")
+    return lines
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _results_table(m: dict[str, Any]) -> list[str]:
+    rows = [("precision", "precision"), ("accuracy", "accuracy"), ("RA-F1", "ra_f1"), ("refusal", "refusal_rate"),
+            ("abstain-recall", "abstain_recall"), ("over-refusal", "over_refusal"),
+            ("acc. answerable", "accuracy_answerable")]
+    table = ["| run | " + " | ".join(label for label, _ in rows) + " |", "|---" * (len(rows) + 1) + "|"]
+    for label, r in (("before RL (SFT checkpoint)", m["before_rl"]), ("after RL (GRPO, AWA reward)", m["after_rl"])):
+        table.append(f"| {label} | " + " | ".join(_fmt(r.get(key)) for _, key in rows) + " |")
+    return table
+
+
+def _capability_table(cap: dict[str, dict[str, Any]]) -> list[str]:
+    return [
+        "| split | questions | mean p | mean p (answerable) | unparsable rollouts | p histogram (value: count) |",
+        "|---|---|---|---|---|---|",
+        *(f"| {s} | {c['queries']} | {c['mean_p']:.3f} | {c['mean_p_answerable']:.3f} | {c['unparsable']:.1%} | "
+          + ", ".join(f"{k}: {v}" for k, v in c["histogram"].items()) + " |" for s, c in cap.items()),
+    ]
+
+
+def report_markdown(m: dict[str, Any]) -> str:
+    """report.md from the metrics."""
+    last = m["grpo_last"]
+    lines = [
+        f"# awarl demo report ({m['mode']}, seed {m['seed']})", "",
+        "AWA-RL on a synthetic world, trained and evaluated on this machine's CPU. Held-out questions are about "
+        "persons never seen in SFT or RL; "
+        f"{m['world']['eval']['unanswerable']} of {m['world']['eval']['questions']} cannot be answered from the "
+        "corpus (the city's country passage is absent), so abstaining is right there. The SFT warm start saw "
+        "gold two-search conversations of other persons; on "
+        f"{1 - m.get('warm_start_abstain_share', 1.0):.0%} of its unanswerable ones the gold reply guesses from an "
+        "irrelevant passage instead of abstaining (`warm_start.abstain_share` in the recipe), as instruction data "
+        "that never says \"I don't know\" would teach.", "",
+        "## Held-out evaluation (greedy)", "", *_results_table(m), "",
+        f"Expected refusal rate under the AWA reward (gamma {m['reward']['gamma']}, p_clip {m['reward']['p_clip']}), "
+        f"from the SFT checkpoint's p_i on these questions: **{_fmt(m['expected_refusal'])}**.", "",
+        "What each column means:", "",
+        *(f"- **{k}**: {v}" for k, v in COLUMNS.items()), "",
+        "## Capability p_i of the SFT checkpoint", "",
+        f"K = {m['capability']['rl']['k']} sampled rollouts per question at temperature 1, same rollout settings as "
+        "training and evaluation.", "",
+        *_capability_table(m["capability"]), "",
+        "## GRPO", "",
+        f"{m['grpo_steps']} logged optimizer steps. Mean of the last 10: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in last.items()) + ".", "",
+        "The **penalty P_t** is the AWA reward's dynamic correction, subtracted from the abstain reward: it turns "
+        "positive when the batch refuses more than the expected rate and negative when it refuses less. It is not "
+        "precision (correct / answered), which is an evaluation metric.", "",
+        "![refusal rate vs step](refusal_vs_step.png)", "", "![reward terms](reward_terms.png)", "",
+        "![before vs after](before_after.png)", "", "![refusal by p_i](refusal_by_p.png)", "",
+        "## Quality checks", "",
+        *(f"- {name}: {c['value']:.3f} (floor {c['floor']}) — {'passed' if c['passed'] else '**missed**'}"
+          for name, c in m["checks"].items()), "",
+        "## Time (seconds, this machine)", "", *(f"- {k}: {v}" for k, v in m["timings_s"].items()), "",
+    ]
+    if m["warnings"]:
+        lines += ["## Warnings", "", *(f"- {w}" for w in m["warnings"]), ""]
+    return "\n".join(lines)

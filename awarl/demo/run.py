@@ -1,0 +1,496 @@
+"""The staged demo: world -> model -> SFT -> p_i -> GRPO -> evaluation -> report, each stage
+resumable, under one progress display."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from awarl.demo.recipe import DEFAULT_RECIPE, DemoError, DemoRecipe, check_settings
+
+MANIFEST = "demo.json"
+STAGES = ("world", "model", "sft", "p_i", "grpo", "eval", "report")
+
+
+@dataclass
+class DemoPaths:
+    """Where each stage of a demo folder writes, under ``root``. `run_demo` runs the stages inside
+    the folder with ``root`` = ``.``, so every path a stage records (the model and data of p_i rows
+    and evaluation settings, the recipes beside checkpoints) is relative to the folder and still
+    holds after the folder is moved or copied. ``shown`` is the folder as the user named it (for
+    messages)."""
+
+    root: Path
+    shown: Path | None = None
+
+    def __post_init__(self) -> None:
+        r = self.root
+        self.shown = self.shown or r
+        self.world, self.data, self.model = r / "world", r / "data", r / "model"
+        self.sft, self.grpo, self.capability = r / "sft", r / "grpo", r / "capability"
+        self.eval, self.report, self.log = r / "eval", r / "report", r / "demo.log"
+        self.corpus = self.data / "corpus.jsonl"
+        self.trajectories = self.data / "sft_trajectories.jsonl"
+        self.grpo_metrics = self.grpo / "metrics_log.jsonl"
+        self.timings = r / "timings.json"
+        self.settings = r / "recipe.json"
+
+    def records(self, split: str) -> Path:
+        return self.data / split / "records.jsonl"
+
+    def p_file(self, split: str) -> Path:
+        return self.capability / f"{split}.jsonl"
+
+
+class Display:
+    """One rich progress display for all stages: an overall bar and the current stage's bar with
+    its latest numbers. Messages (warnings, stage results) print above it."""
+
+    def __init__(self, terminal: Any, enabled: bool = True):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(file=terminal, highlight=False, soft_wrap=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+                                 console=self.console, disable=not enabled, refresh_per_second=2)
+        self.overall = self.progress.add_task("[bold]demo[/bold]", total=len(STAGES), info="")
+        self.stage: Any = None
+
+    def __enter__(self) -> "Display":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def start(self, name: str, total: int | None, info: str = "") -> None:
+        if self.stage is not None:
+            self.progress.remove_task(self.stage)
+        self.stage = self.progress.add_task(f"  {name}", total=total, info=info)
+
+    def update(self, completed: int | None = None, total: int | None = None, info: str | None = None) -> None:
+        if self.stage is None:
+            return
+        kwargs: dict[str, Any] = {}
+        if completed is not None:
+            kwargs["completed"] = completed
+        if total is not None:
+            kwargs["total"] = total
+        if info is not None:
+            kwargs["info"] = info
+        self.progress.update(self.stage, **kwargs)
+
+    def done(self, message: str) -> None:
+        self.progress.advance(self.overall)
+        self.console.print(f"[green]✓[/green] {message}")
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[bold yellow]WARNING[/bold yellow] {message}")
+
+    def print(self, message: str) -> None:
+        self.console.print(message)
+
+
+@contextmanager
+def follow_lines(path: Path, display: Display, total: int, every: float = 1.0) -> Iterator[None]:
+    """Move the stage bar with the line count of a JSONL file another stage appends to."""
+    stop = threading.Event()
+
+    def count() -> int:
+        try:
+            with path.open("rb") as f:
+                return sum(1 for _ in f)
+        except OSError:
+            return 0
+
+    def loop() -> None:
+        while not stop.wait(every):
+            display.update(completed=min(count(), total))
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        display.update(completed=min(count(), total))
+
+
+@dataclass
+class Demo:
+    """A demo folder and its recipe: the stages, and the settings they share."""
+
+    paths: DemoPaths
+    recipe: DemoRecipe
+    display: Display
+    quick: bool
+    seed: int
+    timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    # ---- settings ----
+    @property
+    def rollout(self):
+        from awarl.agent.settings import RolloutSettings
+
+        return RolloutSettings.from_dict(self.recipe.train.get("rollout") or {}, f"{self.recipe.source}: rollout")
+
+    def train_config(self, records: str = "rl"):
+        """The training recipe with the demo's paths filled in (SFT then GRPO from SFT's output);
+        ``records`` is the split trained on (sft for the SFT stage, rl for GRPO)."""
+        from awarl.train.config import TrainConfig
+
+        raw = copy.deepcopy(self.recipe.train)
+        p = self.paths
+        raw["output_dir"] = str(p.grpo)
+        raw["model"] = {**(raw.get("model") or {}), "path": str(p.sft / "final")}
+        raw["data"] = {**(raw.get("data") or {}), "records": str(p.records(records)), "corpus": str(p.corpus),
+                       "capability": str(p.p_file("rl"))}
+        sft = raw.setdefault("sft", {})
+        sft.update({"init_from": str(p.model), "output_dir": str(p.sft), "source": "trajectories",
+                    "trajectories": str(p.trajectories)})
+        return TrainConfig.from_dict(raw, source=self.recipe.source)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        self.display.warn(message)
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.timings[stage] = round(self.timings.get(stage, 0.0) + time.perf_counter() - t0, 1)
+        self.paths.timings.write_text(json.dumps(self.timings, indent=1) + "\n", encoding="utf-8")
+
+    # ---- stages ----
+    def world_stage(self) -> Any:
+        from awarl.data.adapters import load_dataset_file
+        from awarl.data.records import write_jsonl
+        from awarl.data.world import SPLITS, WorldConfig, generate_world, write_world
+
+        cfg = WorldConfig.from_dict(self.recipe.world, f"{self.recipe.source}: world")
+        world = generate_world(cfg)
+        marker = self.paths.world / "world.json"
+        if marker.exists():
+            before = json.loads(marker.read_text(encoding="utf-8")).get("config")
+            if before != cfg.to_dict():
+                raise DemoError(f"{self.paths.shown} holds a demo of another world ({before} vs {cfg.to_dict()}); "
+                                "use another --out, or delete the folder to start over")
+            if all(self.paths.records(s).exists() for s in SPLITS) and self.paths.corpus.exists():
+                self.display.done(f"world: reused ({world_line(world)})")
+                return world
+        self.display.start("world", None, "generating")
+        files = write_world(world, self.paths.world)
+        for split in SPLITS:
+            records, _ = load_dataset_file("musique", files[split])  # the official adapter, unchanged
+            write_jsonl(self.paths.records(split), (r.to_dict() for r in records))
+        shutil.copyfile(files["corpus"], self.paths.corpus)
+        self.display.done(f"world: {world_line(world)} -> {self.paths.shown / 'world'}")
+        return world
+
+    def model_stage(self, world: Any) -> None:
+        from awarl.train.tiny import TinyShape, WORLD_SHAPE, build_world_model
+
+        if (self.paths.model / "config.json").exists():
+            self.display.done("model: reused")
+            return
+        self.display.start("model", None, "tokenizer + random model")
+        shape = TinyShape(**{**WORLD_SHAPE.__dict__, **self.recipe.shape})
+        tmp = self.paths.model.with_name("model.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        build_world_model(tmp, world, shape, seed=self.seed, system_prompt=self.rollout.system_prompt)
+        tmp.rename(self.paths.model)
+        params = count_params(self.paths.model)
+        self.display.done(f"model: {shape.num_hidden_layers} layers x {shape.hidden_size} hidden, "
+                          f"{params / 1e6:.2f} M parameters, offline tokenizer")
+
+    def sft_stage(self, world: Any) -> None:
+        from awarl.agent.env import search_env_factory
+        from awarl.data.records import write_jsonl
+        from awarl.search.bm25 import BM25Index
+        from awarl.train import sft
+        from awarl.train.tiny import world_trajectories
+
+        final = self.paths.sft / "final"
+        if (final / "config.json").exists():
+            self.display.done("sft: reused")
+            return
+        config = self.train_config("sft")
+        rollout = config.rollout
+        env = search_env_factory(BM25Index.build(world.passages), rollout)
+        write_jsonl(self.paths.trajectories, world_trajectories(world, env, ("sft",), rollout.system_prompt,
+                                                                abstain_share=self.recipe.abstain_share))
+        if self.recipe.abstain_share < 1.0 and "wrong" not in config.sft.keep_outcomes:
+            config.sft.keep_outcomes = [*config.sft.keep_outcomes, "wrong"]  # the guesses are wrong on purpose
+        steps = int(config.sft.args.get("max_steps", 0))
+        resume = latest_checkpoint(self.paths.sft)
+        self.display.start("sft", steps, f"resuming from {resume.name}" if resume else "")
+        losses: list[float] = []
+
+        def on_line(line: str) -> None:
+            print(line, flush=True)  # stdout is demo.log here
+            fields = summary_fields(line)
+            if "step" in fields:
+                if "loss" in fields:
+                    losses.append(fields["loss"])
+                self.display.update(completed=int(fields["step"]), info=f"loss {fields.get('loss', float('nan')):.3f}")
+
+        with self.timed("sft"):
+            sft.main(config, on_log=on_line, resume=str(resume) if resume else None)
+        resumed = f" (resumed from {resume.name})" if resume else ""
+        self.display.done(f"sft: {steps} steps{resumed} on {len(world.split('sft'))} gold trajectories, final loss "
+                          f"{losses[-1] if losses else float('nan'):.3f}")
+
+    def capability_stage(self) -> None:
+        from awarl.capability import CapabilityConfig, estimate, summarize
+        from awarl.data.records import load_records
+
+        for split in ("rl", "eval"):
+            n = len(load_records(self.paths.records(split)))
+            out = self.paths.p_file(split)
+            self.display.start(f"p_i ({split})", n, f"K={self.recipe.k} at T=1")
+            config = CapabilityConfig(model=str(self.paths.sft / "final"), data=self.paths.records(split), out=out,
+                                      rollout=self.rollout, k=self.recipe.k, temperature=1.0, corpus=self.paths.corpus,
+                                      seed=self.seed, backend_options={"device": "cpu"})
+            with self.timed("p_i"), follow_lines(out, self.display, n):
+                estimate(config, progress=False)
+            summary = summarize(out)
+            self.display.print(f"  p_i ({split}): mean {summary.mean_p:.2f} over {summary.queries} questions; "
+                               f"unparsable {summary.unparsable:.0%} of rollouts")
+            messages = summary.warnings()
+            if messages:
+                self.warn(f"p_i ({split}): {' '.join(messages)} The demo's SFT stage is sft.args.max_steps in the "
+                          "recipe (the world model needs ~600+ steps); rerun with a new --out.")
+        self.display.done("p_i: estimated on the RL and held-out splits")
+
+    def grpo_stage(self) -> None:
+        from awarl.train import grpo
+        from awarl.train.callbacks import MetricsLog
+
+        final = self.paths.grpo / "final"
+        if (final / "config.json").exists():
+            self.display.done("grpo: reused")
+            return
+        config = self.train_config()
+        steps = int(config.grpo.get("max_steps", 0))
+        resume = latest_checkpoint(self.paths.grpo)
+        self.display.start("grpo", steps, f"resuming from {resume.name}" if resume else "")
+
+        def on_log(step: int, total: int, row: dict[str, Any]) -> None:
+            info = " ".join(f"{label} {row[key]:.2f}" for key, label in (
+                ("awa/refusal_rate", "refuse"), ("awa/expected_refusal_rate", "exp"), ("awa/penalty", "P"),
+                ("awa/accuracy", "acc")) if isinstance(row.get(key), (int, float)))
+            self.display.update(completed=step, info=info)
+
+        with self.timed("grpo"):
+            grpo.main(config, resume=str(resume) if resume else None, extra_callbacks=[MetricsLog(self.paths.grpo_metrics, on_log)])
+        self.display.done(f"grpo: {steps} steps ({generation_batches(config)} generation batches of "
+                          f"{prompts_per_batch(config)} prompts x {config.grpo.get('num_generations')})")
+
+    def eval_stage(self) -> dict[str, Any]:
+        from awarl.eval.run import EvalConfig, run_eval
+
+        data = self.eval_records_with_p()
+        n = sum(1 for _ in data.open(encoding="utf-8"))
+        results = {}
+        for name, label in (("sft", "before RL"), ("grpo", "after RL")):
+            out = self.paths.eval / name
+            self.display.start(f"eval ({label})", n, "greedy")
+            config = EvalConfig(model=str(getattr(self.paths, name) / "final"), data=data, out=out, name=label,
+                                rollout=self.rollout, corpus=self.paths.corpus, temperature=0.0, seed=self.seed,
+                                backend_options={"device": "cpu"})
+            with self.timed("eval"), follow_lines(out / "trajectories.jsonl", self.display, n):
+                result = run_eval(config, progress=False)
+            results[name] = result.metrics
+            o = result.metrics["overall"]
+            self.display.print(f"  {label}: precision {o['precision']:.2f}, accuracy {o['accuracy']:.2f}, "
+                               f"RA-F1 {o['ra_f1']:.2f}, refusal {o['refusal_rate']:.2f}")
+            unparsable = o.get("no_parsable_answer", 0) / max(o["n"], 1)
+            if unparsable > 0.5:
+                self.warn(f"{label}: {unparsable:.0%} of held-out replies have no parsable <answer>; the checkpoint "
+                          f"did not learn the protocol. Raise sft.args.max_steps in the recipe, or check "
+                          f"rollout.max_completion_tokens (see {self.paths.shown / 'demo.log'}).")
+        self.display.done("eval: before and after RL on held-out questions")
+        return results
+
+    def eval_records_with_p(self) -> Path:
+        """Held-out records with the SFT checkpoint's p_i in ``meta.p`` (the calibration plot bins by it)."""
+        from awarl.data.records import iter_jsonl, load_records, write_jsonl
+
+        p = {row["id"]: row["p"] for _, row in iter_jsonl(self.paths.p_file("eval"))}
+        out = self.paths.data / "eval" / "records_with_p.jsonl"
+        rows = []
+        for r in load_records(self.paths.records("eval")):
+            r.meta["p"] = p.get(r.id)
+            rows.append(r.to_dict())
+        write_jsonl(out, rows)
+        return out
+
+    def write_manifest(self) -> Path:
+        """``demo.json``: where the chatbot finds the world, corpus, policy and agents (paths relative)."""
+        p = self.paths
+
+        def rel(path: Path, needs: str = "config.json") -> str | None:
+            return str(path.relative_to(p.root)) if (path / needs).exists() else None
+
+        manifest = {
+            "version": 1,
+            "world": "world",
+            "corpus": str(p.corpus.relative_to(p.root)),
+            "policy": "world/policy.yaml",
+            "policy_tests": "world/policy.tests.yaml",
+            "agent": rel(p.grpo / "final"),
+            "sft_agent": rel(p.sft / "final"),
+            "rollout": self.rollout.to_dict(),
+        }
+        path = p.root / MANIFEST
+        path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        return path
+
+
+def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DEFAULT_RECIPE,
+             progress: bool = True, until: str | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Run (or resume) every stage; returns the report's metrics. ``until`` stops after a stage;
+    ``overrides`` (``section.field=value``) change the recipe."""
+    from awarl.train.callbacks import quiet_terminal
+
+    if until is not None and until not in STAGES:
+        raise DemoError(f"--until must be one of {', '.join(STAGES)}, got {until!r}")
+    _quiet_libraries()
+    loaded = DemoRecipe.load(recipe, quick=quick, seed=seed, overrides=overrides)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with quiet_terminal(out / "demo.log") as terminal, Display(terminal, enabled=progress) as display, inside(out):
+        demo = Demo(DemoPaths(Path("."), shown=out), loaded, display, quick, seed)
+        if demo.paths.timings.exists():
+            demo.timings = json.loads(demo.paths.timings.read_text(encoding="utf-8"))
+        display.print(f"[bold]awarl demo[/bold] -> {out} ({'quick' if quick else 'full'}, seed {seed}); "
+                      f"library output goes to {out / 'demo.log'}")
+        demo.train_config()  # fail on a bad recipe before any work
+        check_settings(demo.paths.settings, loaded)
+        return _stages(demo, until, t0)
+
+
+def _stages(demo: Demo, until: str | None, t0: float) -> dict[str, Any]:
+    """The stages in order, up to ``until``."""
+    with demo.timed("world"):
+        world = demo.world_stage()
+    demo.write_manifest()
+    if until != "world":
+        with demo.timed("model"):
+            demo.model_stage(world)
+    if until not in ("world", "model"):
+        demo.sft_stage(world)
+        demo.write_manifest()
+    if until in ("world", "model", "sft"):
+        return {}
+    demo.capability_stage()
+    if until == "p_i":
+        return {}
+    demo.grpo_stage()
+    demo.write_manifest()
+    if until == "grpo":
+        return {}
+    results = demo.eval_stage()
+    demo.timings["total_this_run"] = round(time.perf_counter() - t0, 1)
+    return _report(demo, world, results)
+
+
+@contextmanager
+def inside(folder: Path) -> Iterator[None]:
+    """Run with ``folder`` as the working directory, and come back."""
+    import os
+
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _quiet_libraries() -> None:
+    """Library warnings go to the log (through ``logging``), and nothing reaches the network."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    logging.captureWarnings(True)
+    warnings.simplefilter("default")
+
+
+def _report(demo: Demo, world: Any, results: dict[str, Any]) -> dict[str, Any]:
+    from awarl.demo.report import build_report
+
+    metrics = build_report(demo, world, results)
+    demo.display.done(f"report: {demo.paths.shown / 'report' / 'report.md'}")
+    for line in metrics["headline"]:
+        demo.display.print(line)
+    return metrics
+
+
+# -- small helpers -------------------------------------------------------------------------------------------
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` of a training folder (None: start from step 0)."""
+    from awarl.train.grpo import resume_checkpoint
+
+    if not any(folder.glob("checkpoint-*/trainer_state.json")):
+        return None
+    return resume_checkpoint("latest", folder)
+
+
+def world_line(world: Any) -> str:
+    """The world's size in one line (persons, passages, questions per split, held-out unanswerable share)."""
+    s = world.stats()
+    return (f"{s['persons']} persons, {s['passages']} passages, {s['questions']} questions "
+            f"(SFT {s['sft']['questions']} / RL {s['rl']['questions']} / held-out {s['eval']['questions']}; "
+            f"{s['eval']['unanswerable_share']:.0%} of held-out unanswerable)")
+
+
+def count_params(folder: Path) -> int:
+    """Parameters of a Qwen2-shaped model, from its config.json (no weights loaded)."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    h, i, n, v = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"], config["vocab_size"]
+    kv = h // config["num_attention_heads"] * config["num_key_value_heads"]
+    return v * h + n * (2 * h * h + 2 * h * kv + 3 * h * i + 2 * h) + h
+
+
+def summary_fields(line: str) -> dict[str, float]:
+    """Numbers of a `awarl.train.callbacks.summary_line` ("step 3/10 | loss 0.5 | …")."""
+    out: dict[str, float] = {}
+    for part in line.split("|"):
+        words = part.split()
+        if len(words) >= 2:
+            key, value = words[-2], words[-1].split("/")[0]
+            try:
+                out[key] = float(value)
+            except ValueError:
+                continue
+    return out
+
+
+def generation_batches(config: Any) -> int:
+    g = config.grpo
+    per_gen = int(g.get("steps_per_generation") or g.get("gradient_accumulation_steps", 1))
+    return math.ceil(int(g.get("max_steps", 0)) * int(g.get("gradient_accumulation_steps", 1)) / per_gen)
+
+
+def prompts_per_batch(config: Any) -> int:
+    g = config.grpo
+    per_gen = int(g.get("steps_per_generation") or g.get("gradient_accumulation_steps", 1))
+    return int(g.get("per_device_train_batch_size", 8)) * per_gen // int(g.get("num_generations", 8))
