@@ -17,6 +17,7 @@ the database is unavailable).
 from __future__ import annotations
 
 import logging
+import sqlite3
 import uuid
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
@@ -180,6 +181,12 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
     async def _auth_error(request: Request, exc: AuthError) -> JSONResponse:
         return _error(exc.status, exc.code, exc.message)
 
+    @app.exception_handler(sqlite3.Error)
+    async def _db_down(request: Request, exc: sqlite3.Error) -> JSONResponse:
+        log.error("%s %s: database error: %s", request.method, request.url.path, exc)
+        return _error(503, "database_unavailable", "the database is unavailable (locked, full or missing); try again "
+                      "shortly (GET /api/health shows its state)")
+
     @app.exception_handler(_TooLarge)
     async def _large(request: Request, exc: _TooLarge) -> JSONResponse:
         return _too_large(MAX_BODY_BYTES)
@@ -282,7 +289,7 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
     @app.get("/api/health", summary="Liveness, mode and thread counts")
     def health(principal: Principal = Depends(who)) -> dict[str, Any]:
         auth.require_any(principal)
-        return {"ok": True, "mode": manager.mode, "mode_note": settings.mode_note, "threads": manager.store.count_threads()}
+        return manager.health()
 
     # -- the web UI ------------------------------------------------------------------------------
     static = resources.files("awarl.chat").joinpath("static")

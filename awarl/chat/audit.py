@@ -95,6 +95,11 @@ def _read_key(path: Path) -> bytes:
     return key.encode("utf-8")
 
 
+class HeadNotMoved(OSError):
+    """The line was written whole and synced, but the head in the database could not move; the next
+    start's `AuditLog.repair` catches the head up to it."""
+
+
 class AuditLog:
     """Appends chained lines; safe across threads (a lock) and processes (``flock`` on the file)."""
 
@@ -123,7 +128,10 @@ class AuditLog:
                     os.ftruncate(fd, os.fstat(fd).st_size - written)
                     raise OSError(f"{self.path}: only {written} of {len(data)} bytes of an audit line were written")
                 os.fsync(fd)
-                self.heads.set_audit_head(self.key, seq, line["hash"], exit_of)
+                try:
+                    self.heads.set_audit_head(self.key, seq, line["hash"], exit_of)
+                except Exception as exc:
+                    raise HeadNotMoved(f"{self.path}: seq {seq} written; the head could not move ({exc})") from exc
             finally:
                 os.close(fd)  # releases the flock
         return line
@@ -153,22 +161,26 @@ class AuditLog:
         return done
 
     def _catch_up_head(self, data: bytes) -> None:
-        """A whole line one past the head, chained to it and hashed right, was written before a crash
-        kept the head from moving: move it."""
-        last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1] if data.strip() else b""
-        if not last:
-            return
-        try:
-            line = json.loads(last)
-        except ValueError:
-            return  # verify reports it
+        """Whole lines past the head, each chained to the one before and hashed right, were written while
+        the head could not move (a crash after the write, a database that was locked or full): move the
+        head over them, recording the exits they hold."""
         head = self.heads.audit_head(self.key)
         seq, prev = (head[0], head[1]) if head else (0, GENESIS)
-        if isinstance(line, dict) and line.get("seq") == seq + 1 and line.get("prev") == prev \
-                and line.get("hash") == line_hash(line, self.secret if line.get("alg") == KEYED else None):
-            log.warning("%s: the head lagged one line behind the file (a crash after a write); moved to seq %d",
-                        self.path, seq + 1)
-            self.heads.set_audit_head(self.key, line["seq"], line["hash"], None)
+        moved = 0
+        for raw in data.splitlines()[seq:]:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                break  # verify reports it
+            if not (isinstance(line, dict) and line.get("seq") == seq + 1 and line.get("prev") == prev
+                    and line.get("hash") == line_hash(line, self.secret if line.get("alg") == KEYED else None)):
+                break
+            seq, prev = line["seq"], line["hash"]
+            exit_of = line.get("thread_id") if line.get("event") == "EXIT" else None
+            self.heads.set_audit_head(self.key, seq, prev, exit_of)
+            moved += 1
+        if moved:
+            log.warning("%s: the head lagged %d line(s) behind the file; moved to seq %d", self.path, moved, seq)
 
 
 @dataclass

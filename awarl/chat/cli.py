@@ -49,11 +49,11 @@ def serve(
     import uvicorn
 
     from awarl.chat.app import create_app
-    from awarl.chat.store import DatabaseInUse
+    from awarl.chat.store import DatabaseInUse, StoreError
 
     try:  # bad corrections or prompt files, an unwritable database: an error line, not a traceback
         app = create_app(settings)
-    except DatabaseInUse as exc:  # another server holds the database: nothing was recovered or served
+    except (DatabaseInUse, StoreError) as exc:  # held by another server, or damaged: nothing recovered or served
         fail(exc, 1)
     except (ValueError, OSError, sqlite3.Error) as exc:
         fail(exc, 2)

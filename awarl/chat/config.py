@@ -77,6 +77,8 @@ class ChatSettings:
     check_timeout_ms: int = doc("Time budget of one finding's check; past it, TOO_COMPLEX.", default=5000)
     workers: int = doc("Threads processed at once.", default=4)
     db: str = doc("SQLite file of threads, reviews and the audit head.", default="runs/chat/chat.sqlite")
+    db_timeout_s: float = doc("How long a database statement waits for another connection's lock before the attempt "
+                              "fails (then retried with backoff; after retries the thread ends in ERROR).", default=5.0)
     audit: str = doc("Audit log (JSON lines, hash-chained).", default="runs/chat/audit.jsonl")
     audit_secret_env: str = doc("Environment variable holding the HMAC key of the audit chain (unset: plain "
                                 "SHA-256).", default="AWARL_AUDIT_SECRET")
@@ -110,7 +112,7 @@ class ChatSettings:
             raise ConfigError("workers and retries must be >= 1")
         if not 1 <= self.port <= 65535:
             raise ConfigError(f"port must be in [1, 65535], got {self.port}")
-        for name in ("question_timeout_s", "generation_timeout_s", "check_timeout_ms"):
+        for name in ("question_timeout_s", "generation_timeout_s", "check_timeout_ms", "db_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("temperature", "backoff_s"):

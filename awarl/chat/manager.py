@@ -19,18 +19,19 @@ import logging
 import os
 import queue
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from awarl.chat.audit import AuditLog, load_or_create_key
+from awarl.chat.audit import AuditLog, HeadNotMoved, load_or_create_key
 from awarl.chat.config import ChatSettings
-from awarl.chat.generate import AgentGenerator, ChatGenerator, GeneratorDown, rollout_of
+from awarl.chat.generate import AgentGenerator, ChatGenerator, GeneratorDown, rollout_of, with_retries
 from awarl.chat.loop import Loop, LoopSettings
 from awarl.chat.prompts import Prompts
-from awarl.chat.store import ServerLock, Store, StoreError
-from awarl.chat.thread import TERMINAL, Clarification, Exit, Iteration, State, Status, Thread
+from awarl.chat.store import ServerLock, StorageDown, Store, StoreError
+from awarl.chat.thread import TERMINAL, Badge, Clarification, Exit, Iteration, State, Status, Thread
 from awarl.chat.validate import Corrections, Validator
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,9 @@ class ThreadManager:
         from awarl.verify.citations import load_corrections
 
         settings = self.settings
-        self.store = Store(settings.db)
+        self.store = Store(settings.db, timeout_s=settings.db_timeout_s, check=True)
+        self._unsaved: dict[str, Thread] = {}  # threads whose last state the database refused; shown from here
+        self._exits_written: set[str] = set()
         self.audit = AuditLog(settings.audit, self.store, load_or_create_key(settings.db, settings.audit, settings.audit_secret_env))
         self.prompts = Prompts(settings.prompts_dir, max_questions=settings.max_questions)
         self.loop_settings = LoopSettings(max_questions=settings.max_questions,
@@ -215,6 +218,9 @@ class ThreadManager:
         return json.loads(self.get_raw(thread_id))
 
     def get_raw(self, thread_id: str) -> str:
+        unsaved = self._unsaved.get(thread_id)
+        if unsaved is not None:
+            return json.dumps(unsaved.to_dict(), ensure_ascii=False)
         raw = self.store.thread_raw(thread_id)
         if raw is None:
             raise ChatError(404, "thread_not_found", f"no thread {thread_id!r}")
@@ -259,6 +265,16 @@ class ThreadManager:
             if d["status"] != Status.PROCESSING.value or time.monotonic() > deadline:
                 return d
             time.sleep(interval)
+
+    def health(self) -> dict[str, Any]:
+        """What /api/health reports: the mode, the database's state, threads waiting to be saved."""
+        db = self.store.health()
+        try:
+            counts = self.store.count_threads() if db["readable"] else None
+        except sqlite3.Error:
+            counts = None
+        return {"ok": bool(db["writable"]) and not self._unsaved, "mode": self.mode, "mode_note": self.settings.mode_note,
+                "db": db, "unsaved_threads": sorted(self._unsaved), "threads": counts}
 
     # -- config ------------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -426,12 +442,38 @@ class ThreadManager:
         """Save after a transition. An exit is saved first (its final state, still PROCESSING to clients),
         then audited once, then shown as done: whoever sees COMPLETED or ERROR finds its audit line, and a
         crash anywhere in between is finished by recovery without a second EXIT line or a re-run."""
-        if t.state in TERMINAL:
-            done, t.status = t.status, Status.PROCESSING
-            self.store.save_thread(t)
+        try:
+            if t.state in TERMINAL:
+                done, t.status = t.status, Status.PROCESSING
+                self._store(t)
+                self._finish(t)
+                t.status = done
+            self._store(t)
+        except StorageDown as exc:
+            self._storage_failed(t, exc)
+
+    def _store(self, t: Thread) -> None:
+        """One save, retried with backoff (a lock held past ``db_timeout_s``, a full disk) until StorageDown."""
+        with_retries(lambda: self.store.save_thread(t), attempts=self.settings.retries, base_delay=self.settings.backoff_s,
+                     what=f"saving thread {t.id}", retry_on=(sqlite3.Error, OSError), error=StorageDown)
+        self._unsaved.pop(t.id, None)
+
+    def _storage_failed(self, t: Thread, exc: Exception) -> None:
+        """The database refused the thread's state after every retry: the thread ends in ERROR (its exit,
+        if it had reached one, is kept), is audited, and is shown from memory until a save succeeds."""
+        log.error("thread %s: %s", t.id, exc)
+        if t.state not in TERMINAL:
+            t.exit, t.badge = Exit.ERROR, Badge.ERROR
+            t.error = "the thread could not be saved: the database is unavailable (locked, full or missing)"
+            t.state = State.ERROR
+            t.note("error", message=t.error)
+        t.status = Status.COMPLETED if t.state is State.COMPLETED else Status.ERROR
+        self._unsaved[t.id] = t
+        try:
             self._finish(t)
-            t.status = done
-        self.store.save_thread(t)
+        except (StorageDown, sqlite3.Error, OSError) as audit_exc:
+            log.error("thread %s: its exit could not be audited now (%s); the head catches up at the next start",
+                      t.id, audit_exc)
 
     def _finish(self, t: Thread) -> None:
         """Audit the exit and queue a review for it; each at most once per thread."""
@@ -440,13 +482,31 @@ class ThreadManager:
             self.store.add_review("max_iterations", {
                 "question": t.prompt, "answer": t.final_response, "result": last.result if last else None,
                 "rewrites": t.rewrites, "sentence": t.final_response or ""}, t.id)
-        if not self.store.exit_audited(t.id):
-            self.audit.append(audit_record(t), exit_of=t.id)
+        if t.id in self._exits_written:
+            return
+        try:
+            audited = self.store.exit_audited(t.id)
+        except sqlite3.Error:
+            audited = False
+        if not audited:
+            try:
+                self.audit.append(audit_record(t), exit_of=t.id)
+            except HeadNotMoved:
+                pass  # the line is in the file; the head catches up at the next start
+            self._exits_written.add(t.id)
 
     def _sweeper(self) -> None:
-        """Skip clarifying questions nobody answered within ``question_timeout_s``."""
+        """Skip clarifying questions nobody answered within ``question_timeout_s``; save the threads the
+        database refused once it takes writes again."""
         period = max(0.05, min(1.0, self.settings.question_timeout_s / 4))
         while not self._stop.wait(period):
+            for t in list(self._unsaved.values()):
+                try:
+                    self.store.save_thread(t)
+                    self._unsaved.pop(t.id, None)
+                    log.info("thread %s saved now that the database takes writes", t.id)
+                except (sqlite3.Error, OSError):
+                    break
             try:
                 for tid in self.store.thread_ids(Status.AWAITING_INPUT):
                     t = self.store.load_thread(tid)
@@ -462,6 +522,13 @@ class ThreadManager:
         for tid in self.store.thread_ids(Status.PROCESSING):
             t = self.store.load_thread(tid)
             if t is None:
+                continue
+            if t.state not in TERMINAL and self.store.exit_audited(tid):
+                # its exit is in the audit log but the database kept an older state (it refused the last saves)
+                t.error = f"ended before a restart, but the database kept an older state ({t.state.value}); see its EXIT line"
+                t.state, t.status, t.exit, t.badge = State.ERROR, Status.ERROR, Exit.ERROR, Badge.ERROR
+                self.store.save_thread(t)
+                log.warning("thread %s: exit audited, state older; ended in ERROR without a second EXIT line", tid)
                 continue
             if t.state in TERMINAL:  # it had ended; a crash came before its exit was audited or shown
                 t.status = Status.COMPLETED if t.state is State.COMPLETED else Status.ERROR

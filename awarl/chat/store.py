@@ -51,6 +51,10 @@ class StoreError(RuntimeError):
     """A store operation that cannot be done (unknown id, bad state); the message says which."""
 
 
+class StorageDown(RuntimeError):
+    """A database write failed after every retry (locked past its timeout, full disk, deleted file)."""
+
+
 class DatabaseInUse(StoreError):
     """Another chat server holds this database; the message names it (pid, host, since when)."""
 
@@ -110,19 +114,33 @@ class Review:
 
 
 class Store:
-    def __init__(self, path: str | Path):
+    """``timeout_s``: how long a statement waits for another connection's lock before it fails (the
+    caller retries with backoff); ``check``: run SQLite's ``quick_check`` first, so a damaged file is
+    named at start instead of failing requests later."""
+
+    def __init__(self, path: str | Path, *, timeout_s: float = 30.0, check: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.timeout_s = timeout_s
         self._lock = threading.RLock()
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
-        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=timeout_s, isolation_level=None)
         self._db.row_factory = sqlite3.Row
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            self._add_columns()
+        try:
+            with self._lock:
+                if check:
+                    problems = [r[0] for r in self._db.execute("PRAGMA quick_check").fetchall()]
+                    if problems != ["ok"]:
+                        raise sqlite3.DatabaseError("; ".join(problems[:3]))
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.executescript(_SCHEMA)
+                self._add_columns()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(f"{self.path}: not a usable chat database ({exc}); restore it from a backup or move it "
+                             "aside to start an empty one") from None
 
     def _add_columns(self) -> None:
         """Columns a database made by an earlier schema lacks (CREATE TABLE IF NOT EXISTS keeps its tables)."""
@@ -131,12 +149,34 @@ class Store:
             if column not in have:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
+    def health(self) -> dict[str, Any]:
+        """Can the database be read and written now? A write probe (an immediate transaction, rolled
+        back) on its own connection that waits at most a second."""
+        state: dict[str, Any] = {"path": str(self.path), "readable": False, "writable": False, "error": None}
+        if not self.path.exists():
+            state["error"] = "the database file is missing"
+            return state
+        try:
+            conn = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
+            try:
+                conn.execute("SELECT COUNT(*) FROM threads").fetchone()
+                state["readable"] = True
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("CREATE TABLE IF NOT EXISTS health_probe (x INTEGER)")
+                conn.execute("ROLLBACK")
+                state["writable"] = True
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            state["error"] = str(exc)
+        return state
+
     def _reader(self) -> sqlite3.Connection:
         """A read-only connection of the calling thread: API reads run beside the workers' writes
         (WAL) instead of queueing behind the writer's lock."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=30.0)
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=self.timeout_s)
             conn.row_factory = sqlite3.Row
             self._local.conn = conn
             with self._lock:
