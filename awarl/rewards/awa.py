@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from awarl.agent.settings import RolloutSettings
+from awarl.rewards.adaptive import CapabilityRatchet
 from awarl.rewards.batch import (
     OUTCOME_CODES,
     RolloutRow,
@@ -88,6 +89,9 @@ class BatchStats:
     windup_held: bool | None = None
     attempt_bonus: float | None = None
     collapse_warning: bool = False
+    p_mean: float | None = None
+    p_raised: int | None = None
+    probe_rollouts: int | None = None
 
     def metrics(self) -> dict[str, float]:
         """The namespaced metric keys of docs/metrics.md (terms that are unknown are left out)."""
@@ -110,6 +114,9 @@ class BatchStats:
             "awa/windup_held": self.windup_held,
             "awa/attempt_bonus": self.attempt_bonus,
             "awa/collapse_warning": self.collapse_warning,
+            "awa/p_mean": self.p_mean,
+            "awa/p_raised": self.p_raised,
+            "awa/probe_rollouts": self.probe_rollouts,
         }
         return {k: float(v) for k, v in out.items() if v is not None}
 
@@ -135,6 +142,8 @@ class AnswerAbstainReward:
         self.last: BatchStats | None = None
         self.collapse_streak = 0  # generation batches in a row with all-abstain groups above collapse_warn_share
         self.collapse_message: str | None = None
+        # Adaptive p_i: the probe (awarl.train.probe) folds its counts in; the rows read p_i through it.
+        self.adaptive = CapabilityRatchet(cfg.adaptive_p_alpha) if cfg.adaptive_p else None
         # TRL names a reward (and its `rewards/<name>/…` metrics) after `__name__`.
         self.__name__ = cfg.spec.reward_name
 
@@ -168,10 +177,14 @@ class AnswerAbstainReward:
             raise ValueError("abstain_requires_search needs the search count of every rollout: pass "
                              "`environments` (SearchEnv with .queries) or an `n_search` column")
         ids = kw.get("id") or [None] * n
+        if self.adaptive is not None and not all(isinstance(i, str) for i in ids):
+            raise ValueError("adaptive_p needs the dataset column 'id' (the probe raises p_i per question id)")
         cite = self._citation_terms(prompts, completions, verdicts, kw)
         rows = []
         for i, verdict in enumerate(verdicts):
             p_i = float(p[i]) if p is not None else math.nan
+            if self.adaptive is not None:
+                p_i = self.adaptive.p(ids[i], p_i)
             rows.append(RolloutRow(group=group_key(ids[i], prompts[i] if i < len(prompts) else None),
                                    outcome=OUTCOME_CODES[verdict.score.outcome], p=p_i,
                                    searches=int(searches[i]) if searches is not None else -1, cite=cite[i],
@@ -279,6 +292,9 @@ class AnswerAbstainReward:
             windup_held=held,
             attempt_bonus=(sum(bonus) / len(bonus) if bonus else 0.0) if cfg.attempt_bonus else None,
             collapse_warning=self._watch_collapse(None if groups is None else groups.all_abstain),
+            p_mean=None if np.isnan(p).any() else float(p.mean()),
+            p_raised=None if self.adaptive is None else len(self.adaptive.raised),
+            probe_rollouts=None if self.adaptive is None else self.adaptive.rollouts,
         )
         return self.last
 
@@ -307,11 +323,22 @@ class AnswerAbstainReward:
         return True
 
     def state_dict(self) -> dict[str, Any]:
-        """The penalty state (Ē, P, last E, step) and the collapse watch: save it with every checkpoint."""
-        return {**self.penalty.state_dict(), "collapse_streak": self.collapse_streak}
+        """The penalty state (Ē, P, last E, step), the collapse watch and the adaptive p_i ratchet: save it
+        with every checkpoint."""
+        out = {**self.penalty.state_dict(), "collapse_streak": self.collapse_streak}
+        if self.adaptive is not None:
+            out["adaptive"] = self.adaptive.state_dict()
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         state = dict(state)
+        adaptive = state.pop("adaptive", None)
+        if (adaptive is None) != (self.adaptive is None):
+            raise ValueError("penalty state: the checkpoint " + ("has no" if adaptive is None else "has an")
+                             + " adaptive p_i state but reward.adaptive_p is "
+                             + ("on" if self.adaptive is not None else "off") + "; resume with the same reward settings")
+        if adaptive is not None:
+            self.adaptive.load_state_dict(adaptive)
         streak = state.pop("collapse_streak", 0)
         if isinstance(streak, bool) or not isinstance(streak, int) or streak < 0:
             raise ValueError(f"penalty state: 'collapse_streak' must be a whole number >= 0, got {streak!r}")

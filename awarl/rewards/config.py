@@ -8,7 +8,6 @@ values. Bad values are rejected when the config is built, with the reason and th
 
 from __future__ import annotations
 
-import math
 import typing
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -102,8 +101,9 @@ class RewardConfig:
     adaptive_p_every: int = _f(10, "Generation batches between two probes, >= 1.")
     adaptive_p_samples: int = _f(4, "Forced-answer rollouts per probed question (K'), >= 1.")
     adaptive_p_questions: int = _f(64, "Questions per probe, a rolling subset of the RL questions, >= 1.")
-    adaptive_p_z: float = _f(1.645, "z of the Wilson lower bound the ratchet raises p_i to (1.645: one-sided "
-                                     "95%), > 0.")
+    adaptive_p_alpha: float = _f(0.05, "Chance, per question over the whole run, that the ratchet ever raises "
+                                        "its p_i above the policy's true rate (exact lower bounds, alpha split over "
+                                        "the probe rounds), in (0, 1).")
     w_cite: float = _f(0.2, "Weight of the citation reward (coverage - w_red * redundancy), >= 0; 0 drops it.")
     cite_on: CiteOn = _f("correct", "Which answers earn the citation term: correct (default: citations never make "
                                     "a wrong answer pay more than abstaining) or answered (all answers to "
@@ -139,11 +139,8 @@ class RewardConfig:
         for name in ("collapse_warn_batches", "adaptive_p_every", "adaptive_p_samples", "adaptive_p_questions"):
             if getattr(self, name) < 1:
                 _fail(name, f"must be >= 1, got {getattr(self, name)}", "use e.g. 10")
-        if self.adaptive_p:
-            _fail("adaptive_p", "is not available in this build (the switch names are fixed for the study)",
-                  "set adaptive_p: false")
-        if not (self.adaptive_p_z > 0 and math.isfinite(self.adaptive_p_z)):
-            _fail("adaptive_p_z", f"must be > 0, got {self.adaptive_p_z}", "use e.g. 1.645")
+        if not 0.0 < self.adaptive_p_alpha < 1.0:
+            _fail("adaptive_p_alpha", f"must be in (0, 1), got {self.adaptive_p_alpha}", "use e.g. 0.05")
         if self.judge == "llm" and self.w_cite > 0:
             judge = self.llm_judge
             if not (judge.base_url and judge.model):

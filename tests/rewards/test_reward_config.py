@@ -53,7 +53,7 @@ def test_every_field_has_help():
     ({"attempt_bonus_lambda": -0.1}, "attempt_bonus_lambda"),
     ({"collapse_warn_batches": 0}, "collapse_warn_batches"),
     ({"adaptive_p_every": 0}, "adaptive_p_every"),
-    ({"adaptive_p_z": 0.0}, "adaptive_p_z"),
+    ({"adaptive_p_alpha": 1.0}, "adaptive_p_alpha"),
 ])
 def test_bad_values_are_rejected_with_field_and_fix(values, field):
     with pytest.raises(RewardConfigError) as err:
@@ -105,3 +105,16 @@ def test_from_yaml_names_the_file_on_error(tmp_path):
     path.write_text("reward:\n  tau: -1\n")
     with pytest.raises(RewardConfigError, match="bad.yaml.*'tau'"):
         RewardConfig.from_yaml(path)
+
+
+def test_the_docs_settings_tables_list_every_field_with_its_default():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "rewards.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| `([^`]*)` \|", text.split("## Settings", 1)[1], re.M))
+    values = RewardConfig().to_dict()
+    judge = values.pop("llm_judge")
+    for name, value in {**values, **judge}.items():
+        shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        assert rows.get(name) == shown, name
