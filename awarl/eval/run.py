@@ -5,7 +5,9 @@ A run folder holds:
 - ``run.json``: the settings (model, retrieval, sampling, budgets);
 - ``records.jsonl``: the records evaluated (so ``awarl eval score --data DIR/records.jsonl`` works);
 - ``trajectories.jsonl``: one line per question, appended as each finishes (an interrupted run
-  resumes from it and never redoes a finished question);
+  resumes from it, aligned to whole chunks: `awarl.agent.stage`; a finished question is never
+  written twice, and a sampled run, ``temperature > 0``, resumes to exactly the rows of an
+  uninterrupted one); one run writes a folder at a time;
 - ``predictions.jsonl`` (all data sets, awarl JSONL) and ``predictions/<dataset>/`` in each
   benchmark's official format;
 - ``metrics.json``: the scorer's numbers per data set and macro-averaged, plus searches per
@@ -18,52 +20,33 @@ two can never disagree.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from awarl.agent.settings import RolloutSettings
-from awarl.data.records import DataError, Passage, QARecord, drop_torn_tail, iter_jsonl, read_json, write_jsonl
+from awarl.agent.stage import OutputLock, StageConfig, check_unique_ids, read_rows, run_stage
+from awarl.data.records import Passage, QARecord, iter_jsonl, read_json, write_jsonl
+from awarl.errors import ConfigError, DataError
 
 
 @dataclass
-class EvalConfig:
-    """One evaluation run."""
+class EvalConfig(StageConfig):
+    """One evaluation run. ``data`` is a prepared records.jsonl (any mix of data sets) or an official
+    data file (with ``dataset``); ``out`` is the run folder; ``corpus`` defaults to the one beside
+    ``data``, else the data file's own passages; ``temperature`` 0 is greedy (the default)."""
 
-    model: str
-    """Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."""
-    data: Path
-    """A prepared records.jsonl (any mix of data sets) or an official data file (with ``dataset``)."""
-    out: Path
-    """Run folder."""
     dataset: str | None = None
     """Format of ``data`` when it is an official file: hotpotqa, 2wiki, musique, flashrag."""
     name: str | None = None
     """Run name in reports (default: the folder name)."""
     limit: int | None = None
     """Evaluate only the first N questions of each data set."""
-    rollout: RolloutSettings = field(default_factory=RolloutSettings)
-    """The agent: prompt, search tool, budgets, correctness metric (a recipe's ``rollout:`` section or the
-    settings saved with the checkpoint)."""
-    index: Path | None = None
-    """Saved index folder to search."""
-    corpus: Path | None = None
-    """corpus.jsonl to index with BM25 (default: beside ``data``, else the data file's own passages)."""
-    retriever_url: str | None = None
-    """A running `awarl search serve` to search instead."""
-    temperature: float = 0.0
-    """0 is greedy decoding (the default for evaluation)."""
-    max_concurrent: int = 64
-    """Questions in flight at once."""
-    seed: int = 0
-    """Sampling seed (only matters when temperature > 0)."""
-    backend_options: dict[str, Any] = field(default_factory=dict)
-    """Extra `awarl.llm.spec.BackendOptions` (device, dtype, batch_size …)."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be >= 1, got {self.limit}")
 
@@ -100,11 +83,7 @@ def load_data(config: EvalConfig) -> tuple[list[QARecord], list[Passage] | None]
             if kept[r.dataset] <= config.limit:
                 limited.append(r)
         records = limited
-    seen: dict[str, int] = {}
-    for n, r in enumerate(records, start=1):
-        if r.id in seen:
-            raise DataError(config.data, f"record {n}", f"duplicate id {r.id!r} (first at record {seen[r.id]})", "id")
-        seen[r.id] = n
+    check_unique_ids(records, config.data)
     if not records:
         raise DataError(config.data, "-", "no records to evaluate")
     return records, passages
@@ -119,46 +98,30 @@ def _is_records_file(path: Path) -> bool:
 
 def run_eval(config: EvalConfig, *, backend: Any = None, progress: bool = True) -> EvalResult:
     """Run (or resume) an evaluation, then write predictions and metrics."""
-    from awarl.agent.runner import Rollout, Trajectory
-    from awarl.agent.setup import build_runner, check_scope, resolve_retriever
+    from awarl.agent.setup import check_scope, resolve_retriever
 
     records, passages = load_data(config)
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     traj_path = out / "trajectories.jsonl"
-    done = _read_trajectories(traj_path)
-    # A folder with finished questions pins its questions and settings; one whose earlier start failed
-    # before any question finished does not block the corrected rerun.
-    _pin_records(out / "records.jsonl", records, resuming=bool(done))
-    _pin_settings(out / "run.json", config, resuming=bool(done))
-    todo = [r for r in records if r.id not in done]
-    check_scope(todo, config.rollout.scope, config.data)
-    retriever = resolve_retriever(config.index, config.corpus, config.retriever_url, data=config.data,
-                                  passages=passages)
-    t0 = time.perf_counter()
-    if todo:
-        if backend is None:
-            from awarl.llm.spec import load_backend
+    with OutputLock(out, folder=True):
+        done = read_rows(traj_path, "record_id")
+        # A folder with finished questions pins its questions and settings; one whose earlier start failed
+        # before any question finished does not block the corrected rerun.
+        _pin_records(out / "records.jsonl", records, resuming=bool(done))
+        _pin_settings(out / "run.json", config, resuming=bool(done))
+        todo = [r for r in records if r.id not in done]
+        check_scope(todo, config.rollout.scope, config.data)
+        retriever = resolve_retriever(config.index, config.corpus, config.retriever_url, data=config.data,
+                                      passages=passages)
 
-            backend = load_backend(config.model, seed=config.seed, **config.backend_options)
-        runner = build_runner(backend, retriever, config.rollout, temperature=config.temperature, seed=config.seed,
-                              max_concurrent=config.max_concurrent)
-        by_id = {r.id: r for r in todo}
-        with traj_path.open("a", encoding="utf-8") as sink, _progress(len(todo), progress) as advance:
+        def row_of(record: QARecord, group: list[Any]) -> dict[str, Any]:
+            return {**group[0].to_dict(), "p": record.meta.get("p"), "answerable": record.answerable}
 
-            def on_done(traj: Trajectory) -> None:
-                row = {**traj.to_dict(), "p": by_id[traj.record_id].meta.get("p"),
-                       "answerable": by_id[traj.record_id].answerable}
-                sink.write(json.dumps(row, ensure_ascii=False) + "\n")
-                sink.flush()
-                os.fsync(sink.fileno())
-                done[traj.record_id] = row
-                advance()
-
-            runner.run([Rollout(r) for r in todo], on_done=on_done)
-    seconds = time.perf_counter() - t0
-    metrics = write_predictions_and_metrics(config, records, done, retriever)
-    return EvalResult(out, metrics, len(todo), len(records) - len(todo), seconds)
+        run = run_stage(config, records, traj_path, done=done, samples=1, row_of=row_of, retriever=retriever,
+                        backend=backend, label="eval", unit="questions", progress=progress)
+        metrics = write_predictions_and_metrics(config, records, read_rows(traj_path, "record_id"), retriever)
+    return EvalResult(out, metrics, len(todo), len(records) - len(todo), run.seconds)
 
 
 def _pin_records(path: Path, records: Sequence[QARecord], *, resuming: bool) -> None:
@@ -192,13 +155,6 @@ def _pin_settings(path: Path, config: EvalConfig, *, resuming: bool) -> None:
             raise DataError(path, "-", "this run folder holds a run with other settings "
                             f"({'; '.join(changed)}); use a new --out")
     path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-
-
-def _read_trajectories(path: Path) -> dict[str, dict[str, Any]]:
-    if not path.exists():
-        return {}
-    drop_torn_tail(path)
-    return {row["record_id"]: row for _, row in iter_jsonl(path)}
 
 
 def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord], trajectories: dict[str, dict[str, Any]],
@@ -294,30 +250,11 @@ def citation_integrity(records: Sequence[QARecord], rows: Sequence[dict[str, Any
     }
 
 
-class _progress:
-    """Context manager yielding an ``advance()`` callable that moves a rich progress bar."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.bar = Progress(TextColumn("[bold]eval[/bold]"), BarColumn(), MofNCompleteColumn(), TextColumn("questions"),
-                            TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), disable=not enabled)
-        self.task = self.bar.add_task("eval", total=total)
-
-    def __enter__(self):
-        self.bar.start()
-        return lambda: self.bar.advance(self.task)
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
-
-
 def checkpoint_hyperparameters(model: str) -> dict[str, Any] | None:
     """The reward and rollout settings a checkpoint was trained with (from the ``awarl_recipe.yaml`` awarl
     saves beside it), flattened as ``reward/gamma`` …, so reports compare runs by their settings."""
     from awarl.agent.settings import RECIPE_FILE
-    from awarl.config_fields import ConfigError, read_yaml_file
+    from awarl.config_fields import read_yaml_file
 
     from awarl.llm.spec import checkpoint_folder
 

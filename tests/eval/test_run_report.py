@@ -140,7 +140,8 @@ def test_interrupted_run_resumes_without_redoing_work(run_dir, prepared, tiny_sf
     config = EvalConfig(model=str(tiny_sft_model_dir), data=prepared, out=resumed,
                         # what the CLI ran: the checkpoint's saved settings with the fixture's options on top
                         rollout=load_rollout(tiny_sft_model_dir).replace(scope="closed", topk=2, max_searches=2,
-                                                                         max_completion_tokens=512))
+                                                                         max_completion_tokens=512),
+                        chunk=1)  # resume redoes whole chunks: one question each, so only unfinished ones run
     result = run_eval(config, backend=backend, progress=False)
     assert (result.evaluated, result.skipped) == (2, 2)
     assert backend.calls == 2  # first turns of the unfinished questions only
