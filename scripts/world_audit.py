@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"world: version {config.version}, {config.persons} persons, seed {config.seed}; split {audit.split}: "
           f"{audit.questions} questions ({audit.answerable} answerable)\n")
     print(audit.table())
+    print("\nAn oracle that knows u_q, under AWA-RL's base refusal reward (p_clip 0.1, no citation term):\n")
+    print(audit.oracle_table())
     print(f"\n{'all checks pass' if audit.ok else 'some checks miss their bound'} ({time.perf_counter() - t0:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps({"config": config.to_dict(), **audit.to_dict()}, indent=1) + "\n", encoding="utf-8")

@@ -64,6 +64,7 @@ class Audit:
     questions: int
     answerable: int
     checks: list[Check] = field(default_factory=list)
+    oracle: list["OraclePoint"] = field(default_factory=list)  # the AWA oracle's bounds (audit_recipe)
 
     @property
     def ok(self) -> bool:
@@ -81,7 +82,12 @@ class Audit:
 
     def to_dict(self) -> dict[str, Any]:
         return {"split": self.split, "questions": self.questions, "answerable": self.answerable, "ok": self.ok,
-                "checks": [asdict(c) for c in self.checks]}
+                "checks": [asdict(c) for c in self.checks], "oracle": [asdict(o) for o in self.oracle]}
+
+    def oracle_table(self) -> str:
+        rows = ["| γ | oracle refusal | oracle precision | oracle accuracy |", "|---|---|---|---|"]
+        return "\n".join(rows + [f"| {o.gamma:g} | {o.refusal:.3f} | {o.precision:.3f} | {o.accuracy:.3f} |"
+                                  for o in self.oracle])
 
 
 def audit_world(world: World, *, split: str = "eval", seeds: int = 8, topk: int = 3, passage_words: int | None = 20,
@@ -108,7 +114,7 @@ def audit_world(world: World, *, split: str = "eval", seeds: int = 8, topk: int 
     mean_u = sum(u) / max(len(u), 1)
 
     audit.checks += _lookup(world, held)
-    audit.checks.append(_shape_rule(held, make_env, seeds))
+    audit.checks += _shape_rule(held, make_env, seeds, world.config.max_searches)
     oracle, by_rank = _readers(world, answerable, index, topk)
     audit.checks.append(Check("oracle - mean(u)", oracle - mean_u, "|x| <= 0.01", abs(oracle - mean_u) <= 0.01,
                               f"expected answerable accuracy of the best reader ({oracle:.3f}) minus mean(u)"))
@@ -151,9 +157,40 @@ def audit_recipe(recipe: str | Path | None = None, *, seed: int = 0, sets: list[
     if int(rollout.get("max_searches", config.max_searches)) != config.max_searches:
         raise WorldError(f"{path}: rollout.max_searches ({rollout.get('max_searches')}) differs from world.max_searches "
                          f"({config.max_searches}), the budget the ceilings assume; make them equal")
-    audit = audit_world(generate_world(config), split=split, seeds=seeds, topk=int(rollout.get("topk", 3)),
+    world = generate_world(config)
+    audit = audit_world(world, split=split, seeds=seeds, topk=int(rollout.get("topk", 3)),
                         passage_words=rollout.get("passage_words", 20))
+    audit.oracle = oracle_frontier(world, split)
     return config, audit
+
+
+@dataclass(frozen=True)
+class OraclePoint:
+    """What a reader that knows u_q does under AWA-RL's base refusal reward at one γ, in expectation."""
+
+    gamma: float
+    refusal: float  # share of questions it abstains on
+    precision: float  # expected correct / answered
+    accuracy: float  # expected correct answers + correct abstentions, over all questions
+
+
+def oracle_frontier(world: World, split: str = "eval", gammas: tuple[float, ...] = (0.2, 0.5, 1.0),
+                    p_clip: float = 0.1) -> list[OraclePoint]:
+    """The upper bounds the study's claims compare with: per question the oracle abstains exactly when
+    the reward prefers it (`awarl.rewards.refusal.refusal_preferred` at p = u_q, 0 for unanswerable
+    questions; correct 1, wrong 0, no citation term), else answers and is right with probability u_q."""
+    from awarl.rewards.refusal import refusal_preferred
+
+    held = world.split(split)
+    u = [_ceiling(q) if q.answerable else 0.0 for q in held]
+    out = []
+    for gamma in gammas:
+        refuse = refusal_preferred(u, p_clip, gamma)
+        answered = [x for x, r in zip(u, refuse) if not r]
+        correct = sum(answered) + sum(bool(r) and not q.answerable for q, r in zip(held, refuse))
+        out.append(OraclePoint(gamma, float(refuse.mean()), sum(answered) / max(len(answered), 1),
+                               correct / max(len(held), 1)))
+    return out
 
 
 def _ceiling(q: Any) -> float:
@@ -185,24 +222,41 @@ def _rank1(result: str) -> str:
     return m.group(2) if m else ""
 
 
-def _shape_rule(held: list[Any], make_env: Any, seeds: int) -> Check:
+def _shape_rule(held: list[Any], make_env: Any, seeds: int, budget: int) -> list[Check]:
+    """The shape rule, and beside it (context) the careful reader: it follows only a passage stating the
+    asked relation, accepts only a country passage about that very city and retries within the budget."""
     env = make_env()
-    said = {True: [0, 0], False: [0, 0]}  # truth -> [said answerable, total]
+    said = {"shape": {True: [0, 0], False: [0, 0]}, "careful": {True: [0, 0], False: [0, 0]}}
     right = 0
     for seed in range(seeds):
         for q in held:
             env.reset(id=record_id(q), question=q.question, passages=[], rollout_seed=seed)
-            m = _PERSON.search(_rank1(env.search(gold_queries(q)[0])))
+            first = env.search(gold_queries(q)[0])
+            m = _PERSON.search(_rank1(first))
             link = _LINK.match(_rank1(env.search(f"country {m.group(1)}"))) if m else None
-            said[q.answerable][0] += link is not None
-            said[q.answerable][1] += 1
+            said["shape"][q.answerable][0] += link is not None
             right += (link.group(2) if link else ABSTAIN_PHRASE) == _expected(q)
-    tpr = said[True][0] / max(said[True][1], 1)
-    tnr = 1 - said[False][0] / max(said[False][1], 1)
+            env.reset(id=record_id(q), question=q.question, passages=[], rollout_seed=seed)
+            verb = "was born in" if q.relation == "born" else "lives in"
+            own = re.search(rf": {re.escape(q.person)} {verb} (\w+)\.$", env.search(gold_queries(q)[0]), re.MULTILINE)
+            found = False
+            for _ in range(budget - 1 if own else 0):
+                found = re.search(rf": {own.group(1)} is a city in the country \w+\.$",
+                                  env.search(f"country {own.group(1)}"), re.MULTILINE) is not None
+                if found:
+                    break
+            said["careful"][q.answerable][0] += found
+            for rule in said.values():
+                rule[q.answerable][1] += 1
+    rates = {k: (v[True][0] / max(v[True][1], 1), 1 - v[False][0] / max(v[False][1], 1)) for k, v in said.items()}
+    (tpr, tnr), (ctpr, ctnr) = rates["shape"], rates["careful"]
     value = (tpr + tnr) / 2
-    return Check("shape rule", value, "<= 0.75", value <= 0.75,
-                 f"balanced accuracy at telling unanswerable from answerable (answerable {tpr:.2f}, unanswerable "
-                 f"{tnr:.2f}; its answers right on {right / max(len(held) * seeds, 1):.2f}), {seeds} rollout seeds")
+    return [Check("shape rule", value, "<= 0.75", value <= 0.75,
+                  f"balanced accuracy at telling unanswerable from answerable (answerable {tpr:.2f}, unanswerable "
+                  f"{tnr:.2f}; its answers right on {right / max(len(held) * seeds, 1):.2f}), {seeds} rollout seeds"),
+            Check("careful reader", (ctpr + ctnr) / 2, "(context)", True,
+                  f"the same, reading the relation and the city and retrying (answerable {ctpr:.2f}, unanswerable "
+                  f"{ctnr:.2f}): what reading, not memory or shape, can learn")]
 
 
 def _readers(world: World, answerable: list[Any], index: Any, topk: int) -> tuple[float, dict[int, float]]:
@@ -257,4 +311,4 @@ def _coverage(world: World, held: list[Any], make_env: Any) -> list[Check]:
                   "held-out first-hop cities that SFT questions also go through")]
 
 
-__all__ = ["Audit", "AuditFailed", "Check", "audit_recipe", "audit_world"]
+__all__ = ["Audit", "AuditFailed", "Check", "OraclePoint", "audit_recipe", "audit_world", "oracle_frontier"]

@@ -393,7 +393,7 @@ def test_audit_of_a_small_v2_world(tmp_path):
     audit = audit_world(world, seeds=2, folder=tmp_path)
     got = {c.name: round(c.value, 3) for c in audit.checks}
     assert (audit.questions, audit.answerable) == (72, 50)
-    assert got == {"lookup": 0.069, "lookup, else abstain": 0.306, "shape rule": 0.663, "oracle - mean(u)": 0.0,
+    assert got == {"lookup": 0.069, "lookup, else abstain": 0.306, "shape rule": 0.663, "careful reader": 0.97, "oracle - mean(u)": 0.0,
                    "mean(u)": 0.486, "share u <= 0.2": 0.32, "share u >= 0.6": 0.32, "rank rule": 0.486,
                    "held-out words not in SFT text": 0.0, "bridge cities shared with SFT": 0.0, "always abstain": 0.306}
     assert audit.ok and "| shape rule | 0.663 | <= 0.75 | yes |" in audit.table()
