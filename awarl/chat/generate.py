@@ -185,7 +185,8 @@ class GenerationQueue:
 def rollout_of(checkpoint: str | Path | None, recorded: Mapping[str, Any] | None = None) -> Any:
     """The `RolloutSettings` a served agent runs under: those saved with the checkpoint
     (``rollout.json`` / ``awarl_recipe.yaml``), else ``recorded`` (a demo manifest's), else the defaults.
-    Chat questions have no passage list of their own, so the scope is always ``global``."""
+    Chat questions have no passage list of their own, so the scope is always ``global``; and the chatbot
+    serves without a synthetic world's search noise (``world_noise`` off: its users get the index's results)."""
     from awarl.agent.settings import RolloutSettings, load_rollout
     from awarl.config_fields import ConfigError
 
@@ -199,6 +200,9 @@ def rollout_of(checkpoint: str | Path | None, recorded: Mapping[str, Any] | None
         settings = RolloutSettings.from_dict(recorded if isinstance(recorded, RolloutSettings) else dict(recorded),
                                              "rollout settings")
     settings = settings or RolloutSettings()
+    if settings.world_noise is not None:
+        log.info("serving without the world's search noise (%s): the chatbot shows the index's results", settings.world_noise)
+        settings = RolloutSettings.from_dict({**settings.to_dict(), "world_noise": None}, "rollout settings")
     return settings.replace(scope="global") if settings.scope != "global" else settings
 
 

@@ -352,6 +352,15 @@ def test_v2_noise_counts_rollouts_without_a_seed_and_spares_other_records(world2
     assert RolloutSettings(world_noise="a/noise.json").mismatch(RolloutSettings()) == ["world_noise: 'a/noise.json' vs null"]
 
 
+def test_the_chatbot_serves_without_the_world_noise(tmp_path):
+    from awarl.agent.settings import RolloutSettings
+    from awarl.chat.generate import rollout_of
+
+    RolloutSettings(topk=2, world_noise=str(tmp_path / "noise.json")).save(tmp_path)
+    served = rollout_of(tmp_path)
+    assert served.world_noise is None and served.topk == 2
+
+
 def test_v2_gold_conversations_read_the_tool(world2, written2, index2):
     from awarl.protocol import ABSTAIN_PHRASE, parse_final
 
