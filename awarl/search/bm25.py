@@ -24,7 +24,7 @@ import numpy as np
 
 from awarl.data.records import DataError, Passage
 from awarl.search import postings as _postings
-from awarl.search.folder import META_FILE, read_meta, staged, write_meta
+from awarl.search.folder import check_passage_count, read_index_meta, staged, write_meta
 from awarl.search.postings import Postings, Scoring, Tokenizer
 from awarl.search.retriever import Hit, check_request
 from awarl.search.scoring import SCORERS, best_of, score_all, score_rows, top_k_exhaustive, top_k_maxscore
@@ -126,16 +126,10 @@ class BM25Index:
         """Open a saved index; with ``mmap`` the score arrays and passage texts stay on disk
         (shared by every process that opens them)."""
         index_dir = Path(index_dir)
-        meta = read_meta(index_dir, expect_kind=cls.kind)
-        try:
-            settings = BM25Settings(**meta["settings"])
-        except (TypeError, ValueError) as exc:
-            raise DataError(index_dir / META_FILE, "-", f"bad settings: {exc}", "settings") from None
+        meta, settings = read_index_meta(index_dir, cls.kind, BM25Settings)
         postings = Postings.load(index_dir / _BM25S_DIR, mmap=mmap)
         store = PassageStore.load(index_dir, mmap_text=mmap)
-        if meta["passages"] != len(store):
-            raise DataError(index_dir / META_FILE, "-", f"says {meta['passages']} passages, the store holds {len(store)}; "
-                            "the index is damaged, rebuild it", "passages")
+        check_passage_count(index_dir, meta, len(store))
         return cls(postings, store, settings, scorer)
 
     # --- the Retriever interface ----------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from awarl.data.records import DataError, Passage
-from awarl.search.folder import META_FILE, read_meta, staged, write_meta
+from awarl.search.folder import check_passage_count, read_index_meta, staged, write_meta
 from awarl.search.retriever import Hit, SearchError, check_request
 from awarl.search.store import PassageStore
 
@@ -120,15 +120,13 @@ class DenseIndex:
         """Open a saved index. ``encoder`` / ``device`` override the saved ones (same model, moved)."""
         faiss, _ = _require_extra()
         index_dir = Path(index_dir)
-        meta = read_meta(index_dir, expect_kind=cls.kind)
-        try:
-            settings = DenseSettings(**meta["settings"])
-        except (TypeError, ValueError) as exc:
-            raise DataError(index_dir / META_FILE, "-", f"bad settings: {exc}", "settings") from None
+        meta, settings = read_index_meta(index_dir, cls.kind, DenseSettings)
         settings = replace(settings, encoder=encoder or settings.encoder, device=device or settings.device)
         index = faiss.read_index(str(index_dir / FAISS_FILE))
         emb = np.load(index_dir / EMBEDDINGS_FILE, mmap_mode="r" if mmap else None)
-        return cls(index, emb, PassageStore.load(index_dir, mmap_text=mmap), settings)
+        store = PassageStore.load(index_dir, mmap_text=mmap)
+        check_passage_count(index_dir, meta, len(store))
+        return cls(index, emb, store, settings)
 
     def __len__(self) -> int:
         return len(self.store)

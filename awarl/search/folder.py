@@ -21,9 +21,11 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from awarl.data.records import DataError, read_json
+
+SettingsT = TypeVar("SettingsT")
 
 META_FILE = "awarl_index.json"
 FORMAT_VERSION = 1
@@ -52,6 +54,24 @@ def read_meta(index_dir: str | Path, expect_kind: str | None = None) -> dict[str
     if not isinstance(meta.get("passages"), int) or isinstance(meta.get("passages"), bool) or meta["passages"] < 1:
         raise DataError(path, "-", f"bad passage count {meta.get('passages')!r}; the index is damaged, rebuild it", "passages")
     return meta
+
+
+def read_index_meta(index_dir: Path, kind: str, settings_type: type[SettingsT]) -> tuple[dict[str, Any], SettingsT]:
+    """The checked ``awarl_index.json`` of a ``kind`` index folder and the settings it records, built as
+    ``settings_type`` (settings that type refuses are a `DataError` naming the file)."""
+    meta = read_meta(index_dir, expect_kind=kind)
+    try:
+        settings = settings_type(**meta["settings"])
+    except (TypeError, ValueError) as exc:
+        raise DataError(index_dir / META_FILE, "-", f"bad settings: {exc}", "settings") from None
+    return meta, settings
+
+
+def check_passage_count(index_dir: Path, meta: dict[str, Any], stored: int) -> None:
+    """The passage count the meta records must be the store's."""
+    if meta["passages"] != stored:
+        raise DataError(index_dir / META_FILE, "-", f"says {meta['passages']} passages, the store holds {stored}; "
+                        "the index is damaged, rebuild it", "passages")
 
 
 def _sibling(target: Path, kind: str) -> Path:
