@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from awarl import __version__
 from awarl.capability import app as capability_app
 from awarl.chat.cli import audit_app, chat_app
 from awarl.data.cli import app as data_app
 from awarl.demo import demo_command
+from awarl.errors import AwarlError
 from awarl.eval.cli import app as eval_app
 from awarl.integrations.cli import export_dataset_command
 from awarl.search.cli import index_app, search_app
@@ -26,7 +27,27 @@ from awarl.train.cli import export_command, sweep_command
 from awarl.train.model_cli import app as model_app
 from awarl.verify.cli import app as verify_app
 
+
+class _Awarl(TyperGroup):
+    """The root command: whatever sub-command runs, an `AwarlError` (or an OS or decoding error)
+    leaving it ends the command one way, in one place — a single ``error:`` line on stderr and the
+    error's exit code (1: bad data or a failed run; 2: a bad recipe, config or command line).
+    ``AWARL_DEBUG=1`` lets the traceback through instead, for bug reports."""
+
+    def invoke(self, ctx: Any) -> Any:
+        from awarl.cli_errors import print_error
+
+        try:
+            return super().invoke(ctx)
+        except (AwarlError, OSError, UnicodeError) as exc:
+            if os.environ.get("AWARL_DEBUG"):
+                raise
+            print_error(_one_line(exc))
+            raise typer.Exit(exc.exit_code if isinstance(exc, AwarlError) else 1) from None
+
+
 app = typer.Typer(
+    cls=_Awarl,
     name="awarl",
     help="AWA-RL: train, evaluate and serve search agents that know when to abstain.",
     no_args_is_help=True,
@@ -91,9 +112,11 @@ class _WarningLine(logging.Handler):
         warn(record.getMessage())
 
 
-def _unexpected(exc: BaseException) -> str:
-    """A one-line message for a failure no command caught: the file an OS error names, or the
-    error itself. ``AWARL_DEBUG=1`` shows the traceback instead."""
+def _one_line(exc: BaseException) -> str:
+    """The ``error:`` line: an awarl error's message (it names the file, field or request), the
+    file an OS error names, or the error itself."""
+    if isinstance(exc, AwarlError):
+        return str(exc)
     if isinstance(exc, OSError) and exc.filename is not None:
         return f"{exc.filename}: {exc.strerror or exc}"
     return f"{type(exc).__name__}: {exc}"
@@ -101,22 +124,14 @@ def _unexpected(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> Any:
     """Entry point of the ``awarl`` script: help without value placeholders on flags, library
-    warnings as ``warning:`` lines, and an OS or decoding error as one ``error:`` line (exit 1)."""
-    from awarl.cli_errors import print_error
-
+    warnings as ``warning:`` lines; errors end every command the same way (`_Awarl`)."""
     command = typer.main.get_command(app)
     _flags_take_no_value(command)
     logger = logging.getLogger("awarl")
     if not any(isinstance(h, _WarningLine) for h in logger.handlers):
         handler = _WarningLine(logging.WARNING)
         logger.addHandler(handler)
-    try:
-        return command.main(args=argv, prog_name="awarl", standalone_mode=True)
-    except (OSError, UnicodeError) as exc:
-        if os.environ.get("AWARL_DEBUG"):
-            raise
-        print_error(_unexpected(exc))
-        sys.exit(1)
+    return command.main(args=argv, prog_name="awarl", standalone_mode=True)
 
 
 if __name__ == "__main__":

@@ -165,3 +165,148 @@ def test_report_names_damaged_metric_values(tmp_path, metrics, message):
     with pytest.raises(DataError) as info:
         build_report([run], tmp_path / "report")
     assert str(info.value) == f"{run / 'metrics.json'}, {message}"
+
+
+# -- one error tree, caught once ----------------------------------------------------------------------------
+def _raising_app(exc: Exception):
+    """A root command like `awarl`'s (the same group class) whose only sub-command raises ``exc``."""
+    import typer
+
+    from awarl.cli import _Awarl
+
+    app = typer.Typer(cls=_Awarl, add_completion=False)
+
+    @app.command("boom")
+    def boom() -> None:
+        raise exc
+
+    @app.command("other")
+    def other() -> None:  # two commands, so `boom` stays a sub-command
+        pass
+
+    return app
+
+
+@pytest.mark.parametrize("make,code", [
+    (lambda: __import__("awarl.errors").errors.ConfigError("recipe.yaml: reward.gamma must be in (0, 1]"), 2),
+    (lambda: DataError("records.jsonl", "line 3", "missing required field", "question"), 1),
+    (lambda: __import__("awarl.errors").errors.SearchError("http://x: unreachable"), 1),
+    (lambda: __import__("awarl.errors").errors.BackendError("openai:http://x#m: HTTP 503"), 1),
+    (lambda: __import__("awarl.errors").errors.PolicyError("p.yaml", "rule r1", "unknown variable 'x'"), 2),
+    (lambda: __import__("awarl.train.export").train.export.ExportError("ckpt: checkpoint folder not found"), 2),
+    (lambda: __import__("awarl.verify.smt").verify.smt.SmtError("bad SMT-LIB: unbalanced ')'"), 2),
+    (lambda: __import__("awarl.chat.config").chat.config.ChatConfigError("chat.yaml: unknown field(s) 'x'"), 2),
+])
+def test_every_awarl_error_ends_a_command_the_same_way(make, code):
+    from typer.testing import CliRunner
+
+    exc = make()
+    result = CliRunner().invoke(_raising_app(exc), ["boom"])
+    assert result.exit_code == code == exc.exit_code
+    assert result.output.strip() == f"error: {exc}"
+
+
+def test_the_old_error_names_are_the_one_tree():
+    from awarl import errors
+    from awarl.chat.config import ChatConfigError
+    from awarl.config_fields import ConfigError
+    from awarl.llm.base import BackendError
+    from awarl.search.retriever import SearchError
+    from awarl.verify.policy import PolicyError
+
+    assert ChatConfigError is ConfigError is errors.ConfigError
+    assert (BackendError, SearchError, PolicyError, DataError) == (errors.BackendError, errors.SearchError,
+                                                                   errors.PolicyError, errors.DataError)
+
+
+def test_a_bad_rollout_section_exits_2_from_training_and_evaluation_alike(tmp_path):
+    """The same ConfigError leaves `train check` and `eval run` (through the generated rollout options) one way."""
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: {path: m}\ndata: {records: r.jsonl}\nrollout: {topk: 0}\n")
+    runner = CliRunner()
+    train = runner.invoke(app, ["train", "check", "--config", str(recipe)])
+    evaluate = runner.invoke(app, ["eval", "run", "--config", str(recipe), "--model", "m", "--data", "d.jsonl",
+                                   "--out", str(tmp_path / "o")])
+    for result in (train, evaluate):
+        assert result.exit_code == 2 and "topk must be >= 1, got 0" in result.output, result.output
+        assert result.output.count("error:") == 1 and "Traceback" not in result.output
+
+
+def test_train_grpo_reports_a_search_error_as_one_line(tiny_model_dir, hotpot_prepared, tmp_path):
+    """The index named by the recipe is missing: `SearchError`, one line, exit 1 (not a traceback)."""
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+    from awarl.data.records import write_jsonl
+
+    records, _ = hotpot_prepared
+    write_jsonl(tmp_path / "records.jsonl", [{**r.to_dict(), "p": 0.5} for r in records[:8]])
+    sets = [f"model.path={tiny_model_dir}", "sft.enabled=false", f"data.records={tmp_path / 'records.jsonl'}",
+            "data.capability=null", "data.corpus=null", f"data.index={tmp_path / 'no-index'}",
+            f"output_dir={tmp_path / 'out'}", "logging.report_to=[none]", "grpo.report_to=[none]", "grpo.max_steps=1"]
+    result = CliRunner().invoke(app, ["train", "grpo", "--config", "configs/tiny_cpu.yaml",
+                                      *(x for s in sets for x in ("--set", s))])
+    assert result.exit_code == 1, result.output
+    assert f"error: {tmp_path / 'no-index'}: no such index folder" in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+
+
+# -- bad input named by its file -------------------------------------------------------------------------------
+def test_index_build_names_the_corpus_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+
+    runner = CliRunner()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    out = runner.invoke(app, ["index", "build", "--corpus", str(empty), "--out", str(tmp_path / "i1")])
+    assert out.exit_code == 1 and f"error: {empty}: no passages: cannot index an empty corpus" in out.output
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text("".join(json.dumps({"id": pid, "title": "", "text": f"river {n}"}) + "\n"
+                           for n, pid in enumerate(["a", "b", "c", "b"])))
+    out = runner.invoke(app, ["index", "build", "--corpus", str(dup), "--out", str(tmp_path / "i2")])
+    assert out.exit_code == 1
+    assert (f"error: {dup}, passage 4, field 'id': duplicate passage id 'b' (passages 2 and 4)"
+            in " ".join(out.output.split()))
+    assert not (tmp_path / "i2").exists()  # nothing half-built is left behind
+
+
+def test_a_truncated_index_array_is_named(tmp_path):
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"p{n}", "title": "", "text": f"river {n} delta"}) + "\n"
+                              for n in range(20)))
+    runner = CliRunner()
+    assert runner.invoke(app, ["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "idx")]).exit_code == 0
+    for name in ("bm25s/data.csc.index.npy", "passages.offsets.npy"):
+        damaged = tmp_path / f"damaged-{name.split('/')[-1]}"
+        subprocess.run(["cp", "-r", str(tmp_path / "idx"), str(damaged)], check=True)
+        array = damaged / name
+        array.write_bytes(array.read_bytes()[:-16])  # a copy cut short
+        out = runner.invoke(app, ["search", "query", "--index", str(damaged), "river"])
+        assert out.exit_code == 1 and "Traceback" not in out.output, out.output
+        assert f"error: {array}: unreadable array" in " ".join(out.output.split())
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model.path=no/such/model/here", "model.path 'no/such/model/here': no such folder"),
+    ("grpo.max_steps=0", "grpo.max_steps must be >= 1 (or -1: num_train_epochs decides), got 0"),
+    ("sft.args.max_steps=-3", "sft.args.max_steps must be >= 1 (or -1: num_train_epochs decides), got -3"),
+])
+def test_train_check_refuses_a_missing_model_and_no_steps(tiny_model_dir, override, message):
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+
+    args = ["train", "check", "--config", "configs/tiny_cpu.yaml", "--set", f"model.path={tiny_model_dir}"]
+    result = CliRunner().invoke(app, [*args, "--set", override])
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+    assert CliRunner().invoke(app, args).exit_code == 0  # the same recipe with the model present passes

@@ -7,7 +7,8 @@ same help, and ``--config recipe.yaml`` reads the very ``rollout:`` section trai
     def run_command(model: str = typer.Option(...), rollout: RolloutSettings = ROLLOUT) -> None: ...
 
 The decorated command gets ``rollout``: the recipe's section (or the defaults), with any option
-given on the command line applied on top; a value of the wrong type or range is a clear error.
+given on the command line applied on top; a value of the wrong type or range is a `ConfigError`
+(one ``error:`` line, exit code 2, like every recipe error).
 """
 
 from __future__ import annotations
@@ -108,14 +109,9 @@ def rollout_options(func: Any = None, *, checkpoint_param: str | None = None) ->
 
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> Any:
-        from awarl.cli_errors import fail
-
         config = kwargs.pop("config", None)
         given = {f.name: kwargs.pop(f.name, None) for f in fields(RolloutSettings)}
-        try:
-            rollout = rollout_from(config, given, kwargs.get(checkpoint_param) if checkpoint_param else None)
-        except ConfigError as exc:
-            fail(exc)
+        rollout = rollout_from(config, given, kwargs.get(checkpoint_param) if checkpoint_param else None)
         return func(rollout=rollout, **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=params + added)  # type: ignore[attr-defined]

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from awarl.agent.settings import RolloutSettings
 from awarl.data.records import QARecord
+from awarl.errors import BackendError, ConfigError
 from awarl.protocol import build_messages, parse_final, score
 from awarl.llm.base import ChatPrompt, Generation, Generator, SamplingParams
 
@@ -73,9 +74,9 @@ class RunnerConfig:
         if not isinstance(self.rollout, RolloutSettings):
             raise TypeError(f"rollout must be RolloutSettings, got {type(self.rollout).__name__}")
         if self.max_concurrent < 1:
-            raise ValueError(f"max_concurrent must be >= 1, got {self.max_concurrent}")
+            raise ConfigError(f"max_concurrent must be >= 1, got {self.max_concurrent}")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
 
     def sampling(self, max_new_tokens: int, seeds: Sequence[int] | None = None) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=max_new_tokens,
@@ -240,7 +241,7 @@ class ChatTemplate:
         if eos_at:
             prefix = prefix[: eos_at[-1] + 1]
         if full[: len(prefix)] != prefix:
-            raise ValueError("chat template is not prefix-preserving around tool messages; cannot splice tool results")
+            raise BackendError("chat template is not prefix-preserving around tool messages; cannot splice tool results")
         return list(full[len(prefix):])
 
     def parse(self, ids: list[int], prefix: list[int], tools: Sequence[Callable]) -> dict[str, Any]:
@@ -330,7 +331,7 @@ class Runner:
             conv.prompt_tokens = len(conv.prompt_ids)
             limit = self.backend.max_model_len
             if limit is not None and conv.prompt_tokens >= limit:
-                raise ValueError(f"record {rollout.record.id!r}: the prompt has {conv.prompt_tokens} tokens, "
+                raise ConfigError(f"record {rollout.record.id!r}: the prompt has {conv.prompt_tokens} tokens, "
                                  f"the model's context is {limit}")
         return conv
 

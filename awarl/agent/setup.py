@@ -16,6 +16,7 @@ from typing import Any
 
 from awarl.agent.settings import RolloutSettings
 from awarl.data.records import DataError, Passage, QARecord
+from awarl.errors import ConfigError
 from awarl.search.retriever import SCOPES, Retriever
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def resolve_retriever(
     `awarl.search.client.open_retriever`, the one opener every stage uses."""
     given = [name for name, value in (("index", index), ("corpus", corpus), ("url", url)) if value]
     if len(given) > 1:
-        raise ValueError(f"give one of index, corpus or url, not {' and '.join(given)}")
+        raise ConfigError(f"give one of index, corpus or url, not {' and '.join(given)}")
     from awarl.search.client import open_retriever
 
     if corpus is None and not (index or url) and data is not None and (Path(data).parent / "corpus.jsonl").exists():
@@ -52,7 +53,7 @@ def resolve_retriever(
 def check_scope(records: Sequence[QARecord], scope: str, path: str | Path) -> None:
     """Closed scope needs every record's own passage list; fail before any rollout, naming the record."""
     if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+        raise ConfigError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
     if scope == "closed":
         for n, record in enumerate(records, start=1):
             if not record.passages:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from awarl.cli_errors import fail, warn
+from awarl.cli_errors import warn
 from awarl.data.adapters import DATASETS, load_dataset_file, load_hub
 from awarl.data.folders import replace_folder
 from awarl.data.records import DataError, Passage, QARecord, load_corpus, load_records, write_jsonl
@@ -51,16 +51,13 @@ def prepare(
         raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}", param_hint="--dataset")
     if (input is None) == (hub_split is None):
         raise typer.BadParameter("give exactly one of --input PATH or --hub-split SPLIT", param_hint="--input")
-    try:
-        records, passages = load_hub(dataset, hub_split) if hub_split else load_dataset_file(dataset, input)
-        if corpus is not None:
-            known = {p.id for p in passages}
-            passages += [p for p in load_corpus(corpus) if p.id not in known]
-        if not records:
-            warn(f"{input or dataset}: 0 records; the output folder will hold an empty records.jsonl")
-        n_rec, n_pas = _write(out, records, passages, force)
-    except DataError as exc:
-        fail(exc)
+    records, passages = load_hub(dataset, hub_split) if hub_split else load_dataset_file(dataset, input)
+    if corpus is not None:
+        known = {p.id for p in passages}
+        passages += [p for p in load_corpus(corpus) if p.id not in known]
+    if not records:
+        warn(f"{input or dataset}: 0 records; the output folder will hold an empty records.jsonl")
+    n_rec, n_pas = _write(out, records, passages, force)
     unanswerable = sum(not r.answerable for r in records)
     typer.echo(
         f"{dataset}: {n_rec} records ({n_rec - unanswerable} answerable, {unanswerable} unanswerable), "
@@ -99,24 +96,21 @@ def merge(
     passages: dict[str, Passage] = {}
     seen: dict[str, str] = {}
     origin: dict[str, str] = {}
-    try:
-        for folder in dirs:
-            path = folder / "records.jsonl"
-            for n, rec in enumerate(load_records(path), start=1):
-                if rec.id in seen:
-                    raise DataError(path, f"record {n}", f"id {rec.id!r} already in {seen[rec.id]}", "id")
-                seen[rec.id] = f"{path}, record {n}"
-                records.append(rec)
-            corpus_path = folder / "corpus.jsonl"
-            for n, p in enumerate(load_corpus(corpus_path), start=1):
-                first = passages.setdefault(p.id, p)
-                if first != p:  # same id, other text: keeping either would silently change citations
-                    raise DataError(corpus_path, f"passage {n}", f"id {p.id!r} names a different passage in "
-                                    f"{origin[p.id]}", "id")
-                origin.setdefault(p.id, str(corpus_path))
-        if not records:
-            warn(f"the merged folders hold 0 records; {out} will hold an empty records.jsonl")
-        _write(out, records, list(passages.values()), force)
-    except DataError as exc:
-        fail(exc)
+    for folder in dirs:
+        path = folder / "records.jsonl"
+        for n, rec in enumerate(load_records(path), start=1):
+            if rec.id in seen:
+                raise DataError(path, f"record {n}", f"id {rec.id!r} already in {seen[rec.id]}", "id")
+            seen[rec.id] = f"{path}, record {n}"
+            records.append(rec)
+        corpus_path = folder / "corpus.jsonl"
+        for n, p in enumerate(load_corpus(corpus_path), start=1):
+            first = passages.setdefault(p.id, p)
+            if first != p:  # same id, other text: keeping either would silently change citations
+                raise DataError(corpus_path, f"passage {n}", f"id {p.id!r} names a different passage in "
+                                f"{origin[p.id]}", "id")
+            origin.setdefault(p.id, str(corpus_path))
+    if not records:
+        warn(f"the merged folders hold 0 records; {out} will hold an empty records.jsonl")
+    _write(out, records, list(passages.values()), force)
     typer.echo(f"merged {len(dirs)} folders: {len(records)} records, {len(passages)} passages -> {out}")

@@ -11,9 +11,6 @@ from rich.table import Table
 
 from awarl.agent.options import BACKEND, RETRIEVAL, ROLLOUT, backend_options, retrieval_options, rollout_options
 from awarl.agent.settings import RolloutSettings
-from awarl.cli_errors import fail
-from awarl.data.records import DataError
-
 app = typer.Typer(no_args_is_help=True)
 
 
@@ -30,10 +27,7 @@ def score_command(
 
     if metric not in ("em", "f1"):
         raise typer.BadParameter("choose em or f1", param_hint="--metric")
-    try:
-        run = score_predictions(data, predictions, dataset, metric=metric)
-    except DataError as exc:
-        fail(exc)
+    run = score_predictions(data, predictions, dataset, metric=metric)
     result = run.metrics.to_dict()
     if len(run.per_dataset) > 1:
         result["per_dataset"] = {k: m.to_dict() for k, m in run.per_dataset.items()}
@@ -80,16 +74,11 @@ def run_command(
     The agent's settings come from --config (the training recipe), else from the checkpoint's saved settings, else the defaults; options override them.
     """
     from awarl.eval.run import EvalConfig, run_eval
-    from awarl.llm.base import BackendError
-    from awarl.search.retriever import SearchError
 
-    try:
-        config = EvalConfig(model=model, data=data, out=out, rollout=rollout, dataset=dataset, name=name, limit=limit,
-                            temperature=temperature, max_concurrent=concurrency, backend_options=backend_options,
-                            **retrieval)
-        result = run_eval(config, progress=not no_progress)
-    except (DataError, BackendError, SearchError, ValueError) as exc:
-        fail(exc)
+    config = EvalConfig(model=model, data=data, out=out, rollout=rollout, dataset=dataset, name=name, limit=limit,
+                        temperature=temperature, max_concurrent=concurrency, backend_options=backend_options,
+                        **retrieval)
+    result = run_eval(config, progress=not no_progress)
     m = result.metrics["macro"]
     typer.echo(f"{result.evaluated} questions run, {result.skipped} already done -> {result.out}")
     typer.echo(f"macro avg: precision {m['precision']:.4f}  accuracy {m['accuracy']:.4f}  RA-F1 {m['ra_f1']:.4f}  "
@@ -105,9 +94,6 @@ def report_command(
     """Table (per data set + macro average) in Markdown and JSON, frontier and calibration plots."""
     from awarl.eval.report import build_report
 
-    try:
-        paths = build_report(runs, out)
-    except (DataError, ValueError) as exc:
-        fail(exc)
+    paths = build_report(runs, out)
     typer.echo(paths["markdown"].read_text(encoding="utf-8"))
     typer.echo("wrote " + ", ".join(str(p) for p in paths.values()))

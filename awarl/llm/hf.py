@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from awarl.errors import ConfigError
 from awarl.llm.base import BackendError, Generation, SamplingParams, cut_at_eos, eos_ids_like_trl
 
 
@@ -46,7 +47,7 @@ class HFGenerator:
         import torch
 
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.name = f"hf:{model}"
         self.batch_size = batch_size
         self.device = resolve_device(device)

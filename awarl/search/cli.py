@@ -9,9 +9,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from awarl.cli_errors import fail
 from awarl.data.records import DataError, Passage
-from awarl.search.retriever import SearchError
+from awarl.errors import ConfigError
 
 index_app = typer.Typer(no_args_is_help=True)
 search_app = typer.Typer(no_args_is_help=True)
@@ -35,39 +34,35 @@ def build(
     stays flat whatever its size); an index already at OUT is replaced atomically, so a server
     reading it keeps serving the old one until restarted."""
     from awarl.data.records import iter_jsonl, load_corpus
+    from awarl.search.folder import check_target
 
-    try:
-        from awarl.search.folder import check_target
+    if kind not in ("bm25", "dense"):
+        raise typer.BadParameter(f"unknown index kind {kind!r}; choose bm25 or dense", param_hint="--kind")
+    if kind == "dense" and not encoder:
+        raise typer.BadParameter("--kind dense needs --encoder PATH (a local sentence-transformers folder)", param_hint="--encoder")
+    check_target(out)
+    if not corpus.is_file():
+        raise DataError(corpus, "-", "file not found" if not corpus.exists() else "is a folder, not a corpus.jsonl file")
+    t0 = time.perf_counter()
+    if kind == "bm25":
+        from awarl.search.bm25 import BM25Index, BM25Settings
 
-        check_target(out)
-        t0 = time.perf_counter()
-        if kind == "bm25":
-            from awarl.search.bm25 import BM25Index, BM25Settings
+        settings = BM25Settings(k1=k1, b=b, stemmer=None if stemmer.lower() == "none" else stemmer)
+        passages = (Passage.from_dict(row, path=corpus, where=f"line {n}") for n, row in iter_jsonl(corpus))
+        done = [0]
 
-            settings = BM25Settings(k1=k1, b=b, stemmer=None if stemmer.lower() == "none" else stemmer)
-            if not corpus.is_file():
-                raise DataError(corpus, "-", "file not found" if not corpus.exists() else "is a folder, not a corpus.jsonl file")
-            passages = (Passage.from_dict(row, path=corpus, where=f"line {n}") for n, row in iter_jsonl(corpus))
-            done = [0]
+        def progress(n: int) -> None:
+            done[0] += n
+            console.print(f"  indexed {done[0]:,} passages ({time.perf_counter() - t0:.0f}s)", highlight=False)
 
-            def progress(n: int) -> None:
-                done[0] += n
-                console.print(f"  indexed {done[0]:,} passages ({time.perf_counter() - t0:.0f}s)", highlight=False)
+        count = BM25Index.build_folder(passages, out, settings, on_chunk=progress, source=corpus)
+    else:
+        from awarl.search.dense import DenseIndex, DenseSettings
 
-            count = BM25Index.build_folder(passages, out, settings, on_chunk=progress)
-        elif kind == "dense":
-            from awarl.search.dense import DenseIndex, DenseSettings
-
-            if not encoder:
-                raise typer.BadParameter("--kind dense needs --encoder PATH (a local sentence-transformers folder)", param_hint="--encoder")
-            settings = DenseSettings(encoder=encoder, index_type=index_type, query_prefix=query_prefix, passage_prefix=passage_prefix)
-            index = DenseIndex.build(load_corpus(corpus), settings, show_progress=True)
-            index.save(out)
-            count = len(index)
-        else:
-            raise typer.BadParameter(f"unknown index kind {kind!r}; choose bm25 or dense", param_hint="--kind")
-    except (DataError, ValueError, ImportError, FileNotFoundError, OSError) as exc:
-        fail(exc)
+        dense = DenseSettings(encoder=encoder, index_type=index_type, query_prefix=query_prefix, passage_prefix=passage_prefix)
+        index = DenseIndex.build(load_corpus(corpus), dense, show_progress=True, source=corpus)
+        index.save(out)
+        count = len(index)
     typer.echo(f"{kind} index of {count} passages built in {time.perf_counter() - t0:.1f}s -> {out}")
 
 
@@ -84,12 +79,9 @@ def query(
     from awarl.search.client import open_retriever
     from awarl.search.retriever import render
 
-    try:
-        retriever = open_retriever(index)
-        scope = None if allowed is None else [[pid.strip() for pid in allowed.split(",") if pid.strip()]] * len(text)
-        results = retriever.search(list(text), k, allowed=scope)
-    except (DataError, SearchError, ValueError, ImportError, FileNotFoundError) as exc:
-        fail(exc)
+    retriever = open_retriever(index)
+    scope = None if allowed is None else [[pid.strip() for pid in allowed.split(",") if pid.strip()]] * len(text)
+    results = retriever.search(list(text), k, allowed=scope)
     for q, hits in zip(text, results):
         if as_json:
             typer.echo(json.dumps({"query": q, "hits": [{**h.passage.to_dict(), "score": h.score} for h in hits]}, ensure_ascii=False))
@@ -117,20 +109,14 @@ def serve(
     from awarl.search.server import ServerSettings, bind
     from awarl.search.server import serve as run_server
 
-    try:
-        if not 1 <= port <= 65535:
-            raise ValueError(f"--port {port} is out of range: use 1-65535")
-        if workers < 1:
-            raise ValueError(f"--workers must be at least 1, got {workers}")
-        settings = ServerSettings(default_topk=default_topk, max_batch=max_batch, batch_wait_ms=batch_wait_ms,
-                                  max_query_chars=max_query_chars, max_body_bytes=max_body_bytes)
-        bind(host, port).close()  # a port in use is a clear error now, not after loading the index
-        retriever = load_index(index, **({"encoder": encoder} if encoder else {}))
-    except (DataError, ValueError, ImportError, FileNotFoundError, OSError) as exc:
-        fail(exc)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--port {port} is out of range: use 1-65535")
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    settings = ServerSettings(default_topk=default_topk, max_batch=max_batch, batch_wait_ms=batch_wait_ms,
+                              max_query_chars=max_query_chars, max_body_bytes=max_body_bytes)
+    bind(host, port).close()  # a port in use is a clear error now, not after loading the index
+    retriever = load_index(index, **({"encoder": encoder} if encoder else {}))
     console.print(f"serving {len(retriever)} passages on http://{host}:{port} with {workers} worker(s) "
                   "(POST /retrieve, GET /health)", highlight=False)
-    try:
-        run_server(retriever, host=host, port=port, settings=settings, log_level=log_level, workers=workers)
-    except ValueError as exc:
-        fail(exc)
+    run_server(retriever, host=host, port=port, settings=settings, log_level=log_level, workers=workers)

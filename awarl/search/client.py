@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from awarl.data.records import Passage
+from awarl.errors import ConfigError
 from awarl.search.retriever import Hit, Retriever, SearchError, UnknownPassageError, check_request
 
 
@@ -43,7 +44,7 @@ class HttpSettings:
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.connect_timeout_s <= 0 or self.retries < 0 or self.backoff_s < 0:
-            raise ValueError("timeouts must be > 0, retries and backoff_s >= 0")
+            raise ConfigError("timeouts must be > 0, retries and backoff_s >= 0")
 
 
 class HttpRetriever:
@@ -172,6 +173,6 @@ def open_retriever(spec: str | Path, **options: Any) -> Retriever:
         from awarl.data.records import load_corpus
         from awarl.search.bm25 import BM25Index
 
-        return BM25Index.build(load_corpus(path), **options)
+        return BM25Index.build(load_corpus(path), **{"source": path, **options})
     raise SearchError(f"{text}: no such index folder or corpus file (give an index folder, a corpus.jsonl, "
                       "or the http(s) URL of `awarl search serve`)")

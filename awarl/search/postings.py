@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from awarl.data.records import DataError
+from awarl.errors import ConfigError
 
 TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")  # bm25s's (and scikit-learn's) default
 DATA_FILE = "data.csc.index.npy"
@@ -70,7 +71,7 @@ def make_stemmer(language: str | None):
     try:
         return Stemmer.Stemmer(language)
     except KeyError:
-        raise ValueError(f"unknown stemmer language {language!r}; see Stemmer.algorithms()") from None
+        raise ConfigError(f"unknown stemmer language {language!r}; see Stemmer.algorithms()") from None
 
 
 def stopword_set(stopwords: str | None) -> frozenset[str]:
@@ -236,28 +237,23 @@ class Postings:
         for name in (DATA_FILE, INDICES_FILE, INDPTR_FILE, VOCAB_FILE, PARAMS_FILE):
             if not (folder / name).exists():
                 raise DataError(folder / name, "-", "missing index file (rebuild the index with `awarl index build`)")
-        try:
-            data = np.load(folder / DATA_FILE, mmap_mode=mode)
-            indices = np.load(folder / INDICES_FILE, mmap_mode=mode)
-            indptr = np.load(folder / INDPTR_FILE, mmap_mode=mode)
-        except ValueError as exc:
-            raise DataError(folder, "-", f"unreadable score arrays ({exc}); the index is damaged, rebuild it") from None
+        data, indices, indptr = (load_array(folder / name, mode) for name in (DATA_FILE, INDICES_FILE, INDPTR_FILE))
         vocab = _read_object(folder / VOCAB_FILE)
         params = _read_object(folder / PARAMS_FILE)
         num_docs = params.get("num_docs")
         if not isinstance(num_docs, int) or len(data) != len(indices) or int(indptr[-1]) != len(data) or len(indptr) != len(vocab) + 1:
             raise DataError(folder, "-", "score arrays, vocabulary and params.index.json disagree; the index is damaged, rebuild it")
-        nonocc = np.load(folder / NONOCC_FILE, mmap_mode=mode) if (folder / NONOCC_FILE).exists() else None
+        nonocc = load_array(folder / NONOCC_FILE, mode) if (folder / NONOCC_FILE).exists() else None
         if (folder / TERM_MAX_FILE).exists():
-            term_max = np.load(folder / TERM_MAX_FILE, mmap_mode=mode)
+            term_max = load_array(folder / TERM_MAX_FILE, mode)
         else:  # an index built before awarl stored the bounds: compute them once (one pass over data)
             term_max = _term_max(np.asarray(data), np.asarray(indptr))
         champions = None
         if all((folder / name).exists() for name in (CHAMP_PTR_FILE, CHAMP_ROWS_FILE, CHAMP_DATA_FILE)):
-            champions = tuple(np.load(folder / name, mmap_mode=mode) for name in (CHAMP_PTR_FILE, CHAMP_ROWS_FILE, CHAMP_DATA_FILE))
+            champions = tuple(load_array(folder / name, mode) for name in (CHAMP_PTR_FILE, CHAMP_ROWS_FILE, CHAMP_DATA_FILE))
             if len(champions[0]) != len(indptr):
                 raise DataError(folder / CHAMP_PTR_FILE, "-", "does not match the vocabulary; the index is damaged, rebuild it")
-        score_min = float(np.load(folder / SCORE_MIN_FILE)) if (folder / SCORE_MIN_FILE).exists() else None
+        score_min = float(load_array(folder / SCORE_MIN_FILE, None)) if (folder / SCORE_MIN_FILE).exists() else None
         blocks = BlockBounds.load(folder, mode, len(vocab), num_docs)
         return cls(data, indices, indptr, num_docs, vocab, term_max, nonocc, champions, score_min, blocks)
 
@@ -284,7 +280,7 @@ class BlockBounds:
                             "`awarl index build` (or add them with awarl.search.postings.add_block_bounds)")
         meta = _read_object(folder / BLOCK_META_FILE)
         rows, span = meta.get("block"), meta.get("span")
-        arrays = [np.load(folder / name, mmap_mode=mode) for name in cls.FILES[1:]]
+        arrays = [load_array(folder / name, mode) for name in cls.FILES[1:]]
         ok = isinstance(rows, int) and isinstance(span, int) and 1 <= rows <= span <= 256 and span % rows == 0
         ok = ok and ((span // rows) & (span // rows - 1)) == 0
         if ok:
@@ -367,6 +363,16 @@ def add_block_bounds(folder: str | Path) -> None:
         folder = folder / "bm25s"
     p = Postings.load(folder, mmap=True)
     build_block_bounds(p.data, p.indices, p.indptr, p.num_docs, p.term_max, folder=folder)
+
+
+def load_array(path: Path, mode: str | None = "r") -> np.ndarray:
+    """One saved array of an index folder (memory-mapped with ``mode="r"``); a truncated or damaged
+    file is a `DataError` naming it."""
+    try:
+        return np.load(path, mmap_mode=mode)
+    except (ValueError, EOFError) as exc:
+        raise DataError(path, "-", f"unreadable array ({exc}); the index is damaged, rebuild it with "
+                        "`awarl index build`") from None
 
 
 def _read_object(path: Path) -> dict[str, Any]:
@@ -484,8 +490,9 @@ class _ChunkTokens:
 
 
 def build(texts: Iterable[str], out: Path, tokenizer: Tokenizer, scoring: Scoring, chunk_size: int = 20_000,
-          on_chunk: Callable[[int], None] | None = None) -> int:
+          on_chunk: Callable[[int], None] | None = None, source: str | Path = "the corpus") -> int:
     """Index ``texts`` (one per passage, in row order) into folder ``out``; returns the passage count.
+    A corpus with nothing to index is a `DataError` naming ``source`` (the corpus file).
 
     Pass 1 tokenizes a chunk at a time and spills its (row, term, count) triples to a temporary
     file; pass 2 turns them into bm25s's scores and scatters them into the memory-mapped matrix.
@@ -514,9 +521,9 @@ def build(texts: Iterable[str], out: Path, tokenizer: Tokenizer, scoring: Scorin
             if on_chunk:
                 on_chunk(len(texts_chunk))
         if num_docs == 0:
-            raise ValueError("cannot index an empty corpus")
+            raise DataError(source, "-", "no passages: cannot index an empty corpus")
         if not to_ids.vocab:
-            raise ValueError("no passage has a word left to index after stop-word removal")
+            raise DataError(source, "-", "no passage has a word left to index after stop-word removal")
         avg_len = total_len / num_docs  # what bm25s's np.mean of the lengths gives (an exact integer sum)
         idf_fn, tfc_fn = _select_idf_scorer(scoring.method), _select_tfc_scorer(scoring.method)
         idf64 = [idf_fn(int(d), N=num_docs) for d in df]

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from awarl.errors import ConfigError
 from awarl.search.retriever import Hit, Retriever, SearchError, UnknownPassageError
 
 
@@ -52,11 +53,11 @@ class ServerSettings:
 
     def __post_init__(self) -> None:
         if not 1 <= self.default_topk <= self.max_topk:
-            raise ValueError(f"need 1 <= default_topk <= max_topk, got {self.default_topk} and {self.max_topk}")
+            raise ConfigError(f"need 1 <= default_topk <= max_topk, got {self.default_topk} and {self.max_topk}")
         if self.max_queries < 1 or self.max_batch < 1 or self.batch_wait_ms < 0:
-            raise ValueError("max_queries and max_batch must be >= 1 and batch_wait_ms >= 0")
+            raise ConfigError("max_queries and max_batch must be >= 1 and batch_wait_ms >= 0")
         if self.max_query_chars < 1 or self.max_body_bytes < 1:
-            raise ValueError("max_query_chars and max_body_bytes must be >= 1")
+            raise ConfigError("max_query_chars and max_body_bytes must be >= 1")
 
 
 @dataclass
@@ -288,7 +289,7 @@ def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, setti
     import uvicorn
 
     if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        raise ConfigError(f"workers must be >= 1, got {workers}")
     sock = bind(host, port)
     config = uvicorn.Config(create_app(retriever, settings), log_level=log_level, lifespan="on")
     if workers == 1:
@@ -339,9 +340,10 @@ def serve(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, setti
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket, or a `ValueError` that says why not (port range, address in use)."""
+    """A listening socket; a port out of range is a `ConfigError`, an address that cannot be bound
+    (in use, not this machine's) a `SearchError`, each saying why."""
     if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} is out of range: use 1-65535 (0 picks a free port)")
+        raise ConfigError(f"port {port} is out of range: use 1-65535 (0 picks a free port)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -350,7 +352,7 @@ def bind(host: str, port: int) -> socket.socket:
         sock.listen(2048)
     except OSError as exc:
         sock.close()
-        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise SearchError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(True)
     return sock
 

@@ -31,7 +31,6 @@ PASSAGES_FILE = "passages.jsonl"
 OFFSETS_FILE = "passages.offsets.npy"
 IDHASH_FILE = "passages.idhash.npy"
 IDROW_FILE = "passages.idrow.npy"
-IDS_FILE = "passages.ids.json"  # older folders only
 
 
 def id_hash(pid: str) -> int:
@@ -85,13 +84,16 @@ class PassageStore:
     shared cursor) and fork-safe (read-only mappings)."""
 
     def __init__(self, ids: list[str] | None = None, rows: Sequence[Passage] | None = None,
-                 mapped: tuple[mmap.mmap | None, np.ndarray] | None = None, row_of: _MappedIds | None = None):
+                 mapped: tuple[mmap.mmap | None, np.ndarray] | None = None, row_of: _MappedIds | None = None,
+                 source: str | Path = "the corpus"):
         if row_of is None:
             ids = list(ids or [])
             lookup = {pid: i for i, pid in enumerate(ids)}
             if len(lookup) != len(ids):
-                dup = next(pid for i, pid in enumerate(ids) if lookup[pid] != i)
-                raise ValueError(f"duplicate passage id {dup!r}")
+                later = next(i for i, pid in enumerate(ids) if lookup[pid] != i)
+                first = ids.index(ids[later])
+                raise DataError(source, f"passage {later + 1}", f"duplicate passage id {ids[later]!r} (passages "
+                                f"{first + 1} and {later + 1})", "id")
             self.row_of: dict[str, int] | _MappedIds = lookup
             self._size = len(ids)
         else:
@@ -101,8 +103,9 @@ class PassageStore:
         self._mapped = mapped
 
     @classmethod
-    def from_passages(cls, passages: Sequence[Passage]) -> "PassageStore":
-        return cls([p.id for p in passages], rows=passages)
+    def from_passages(cls, passages: Sequence[Passage], source: str | Path = "the corpus") -> "PassageStore":
+        """An in-memory store; a repeated id is a `DataError` naming ``source`` (the corpus file)."""
+        return cls([p.id for p in passages], rows=passages, source=source)
 
     def __len__(self) -> int:
         return self._size
@@ -143,30 +146,24 @@ class PassageStore:
 
     @classmethod
     def load(cls, index_dir: Path, mmap_text: bool = True) -> "PassageStore":
+        from awarl.search.postings import load_array
+
         index_dir = Path(index_dir)
-        legacy = not (index_dir / IDHASH_FILE).exists() and (index_dir / IDS_FILE).exists()
-        needed = (PASSAGES_FILE, OFFSETS_FILE) + ((IDS_FILE,) if legacy else (IDHASH_FILE, IDROW_FILE))
-        for name in needed:
+        for name in (PASSAGES_FILE, OFFSETS_FILE, IDHASH_FILE, IDROW_FILE):
             if not (index_dir / name).exists():
                 raise DataError(index_dir / name, "-", "missing index file (rebuild the index with `awarl index build`)")
         # a plain ndarray view of the map: np.memmap's Python-level indexing costs ~5 us a call
-        offsets = np.asarray(np.load(index_dir / OFFSETS_FILE, mmap_mode="r"))
+        offsets = np.asarray(load_array(index_dir / OFFSETS_FILE))
         with (index_dir / PASSAGES_FILE).open("rb") as fh:
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if offsets[-1] > 0 else None
         if (len(mm) if mm is not None else 0) != int(offsets[-1]):
             raise DataError(index_dir / PASSAGES_FILE, "-", "size does not match its offsets; the index is damaged")
-        if legacy:
-            ids = json.loads((index_dir / IDS_FILE).read_text(encoding="utf-8"))
-            if len(offsets) != len(ids) + 1:
-                raise DataError(index_dir / OFFSETS_FILE, "-", f"{len(offsets) - 1} offsets for {len(ids)} ids; the index is damaged")
-            store = cls(ids, mapped=(mm, offsets))
-        else:
-            hashes = np.asarray(np.load(index_dir / IDHASH_FILE, mmap_mode="r"))
-            rows = np.asarray(np.load(index_dir / IDROW_FILE, mmap_mode="r"))
-            if len(hashes) != len(rows) or len(offsets) != len(hashes) + 1:
-                raise DataError(index_dir / IDHASH_FILE, "-", f"{len(hashes)} id hashes, {len(rows)} rows and "
-                                f"{len(offsets) - 1} offsets disagree; the index is damaged")
-            store = cls(mapped=(mm, offsets), row_of=_MappedIds(hashes, rows, mm, offsets))
+        hashes = np.asarray(load_array(index_dir / IDHASH_FILE))
+        rows = np.asarray(load_array(index_dir / IDROW_FILE))
+        if len(hashes) != len(rows) or len(offsets) != len(hashes) + 1:
+            raise DataError(index_dir / IDHASH_FILE, "-", f"{len(hashes)} id hashes, {len(rows)} rows and "
+                            f"{len(offsets) - 1} offsets disagree; the index is damaged")
+        store = cls(mapped=(mm, offsets), row_of=_MappedIds(hashes, rows, mm, offsets))
         if not mmap_text:
             store._rows = [store.row(i) for i in range(len(store))]
         return store
@@ -174,10 +171,11 @@ class PassageStore:
 
 class PassageWriter:
     """Writes a store passage by passage; memory stays at 16 bytes per passage (hash + row, for the
-    final sort of the id table) whatever the text size. Duplicate ids are an error at `close`."""
+    final sort of the id table) whatever the text size. Duplicate ids are an error at `close`,
+    naming ``source`` (the corpus file)."""
 
-    def __init__(self, out_dir: Path):
-        self.out_dir = Path(out_dir)
+    def __init__(self, out_dir: Path, source: str | Path = "the corpus"):
+        self.out_dir, self.source = Path(out_dir), source
         self._fh = (self.out_dir / PASSAGES_FILE).open("wb")
         self._spill = tempfile.TemporaryFile(dir=self.out_dir)  # offsets, 8 bytes each, off the heap
         self._buf = array("q", [0])
@@ -240,5 +238,6 @@ class PassageWriter:
             for i in same:
                 a, b = sorted((int(order[i]), int(order[i + 1])))
                 if pid(a) == pid(b):
-                    raise ValueError(f"duplicate passage id {pid(a)!r} (passages {a + 1} and {b + 1} of the corpus)")
+                    raise DataError(self.source, f"passage {b + 1}", f"duplicate passage id {pid(a)!r} (passages "
+                                    f"{a + 1} and {b + 1})", "id")
 

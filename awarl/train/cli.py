@@ -9,8 +9,6 @@ from pathlib import Path
 
 import typer
 
-from awarl.cli_errors import fail
-
 app = typer.Typer(no_args_is_help=True)
 
 _CONFIG = typer.Option(..., "--config", "-c", help="YAML recipe (see configs/).")
@@ -18,24 +16,18 @@ _SET = typer.Option(None, "--set", help="Override a field: section.field=value (
 
 
 def _load(config: Path, overrides: list[str] | None):
-    from awarl.train.config import ConfigError, TrainConfig
+    from awarl.train.config import TrainConfig
 
-    try:
-        return TrainConfig.from_yaml(config, overrides or [])
-    except ConfigError as exc:
-        fail(exc, 2)
+    return TrainConfig.from_yaml(config, overrides or [])
 
 
 @app.command("check")
 def check_command(config: Path = _CONFIG, overrides: list[str] = _SET) -> None:
-    """Parse and validate a recipe (TRL field names included) without training."""
-    from awarl.train.config import ConfigError
-
+    """Parse and validate a recipe (TRL field names included) without training; the base model
+    (model.path) must exist."""
     cfg = _load(config, overrides)
-    try:
-        cfg.check_trainer_fields()
-    except ConfigError as exc:
-        fail(exc, 2)
+    cfg.check_trainer_fields()
+    cfg.check_model_path()
     r = cfg.rollout
     typer.echo(f"{config}: ok (GRPO starts from {cfg.grpo_start()}, reward {cfg.reward.kind}, gamma {cfg.reward.gamma}; "
                f"rollout: scope {r.scope}, topk {r.topk}, {r.passage_words} words, {r.max_searches} searches, "
@@ -52,15 +44,10 @@ def sft_command(
     out: Path = typer.Option(None, "--out", help="Output folder (default: sft.output_dir or <output_dir>/sft)."),
 ) -> None:
     """Cold-start SFT on agent trajectories (tool results masked from the loss)."""
-    from awarl.data.records import DataError
     from awarl.train import sft
-    from awarl.train.config import ConfigError
 
     cfg = _load(config, overrides)
-    try:
-        final = sft.main(cfg, output_dir=str(out) if out else None, on_log=typer.echo)
-    except (ConfigError, DataError) as exc:
-        fail(exc, 2)
+    final = sft.main(cfg, output_dir=str(out) if out else None, on_log=typer.echo)
     typer.echo(f"SFT model saved to {final}")
 
 
@@ -73,15 +60,10 @@ def grpo_command(
     out: Path = typer.Option(None, "--out", help="Output folder (default: output_dir of the recipe)."),
 ) -> None:
     """AWA-RL GRPO with the search tool (TRL GRPOTrainer + environment_factory)."""
-    from awarl.data.records import DataError
     from awarl.train import grpo
-    from awarl.train.config import ConfigError
 
     cfg = _load(config, overrides)
-    try:
-        final = grpo.main(cfg, resume=resume, output_dir=str(out) if out else None, on_log=typer.echo)
-    except (ConfigError, DataError) as exc:
-        fail(exc, 2)
+    final = grpo.main(cfg, resume=resume, output_dir=str(out) if out else None, on_log=typer.echo)
     typer.echo(f"model saved to {final}")
 
 
@@ -102,12 +84,8 @@ def sweep_command(
 ) -> None:
     """Run one training per courage factor gamma, then report."""
     from awarl.train import sweep
-    from awarl.train.config import ConfigError
 
-    try:
-        runs = sweep.plan(config, [*gamma, *(more_gammas or [])], overrides or [], str(out) if out else None)
-    except ConfigError as exc:
-        fail(exc, 2)
+    runs = sweep.plan(config, [*gamma, *(more_gammas or [])], overrides or [], str(out) if out else None)
     if print_commands:
         for cmd in sweep.sweep_commands(config, runs, accelerate_config):
             typer.echo(cmd)
@@ -136,10 +114,7 @@ def export_command(
                                                                    "(repeatable): its scores go into the model card."),
 ) -> None:
     """Export a trained checkpoint (merging LoRA adapters) so `vllm serve` and the runner load it."""
-    from awarl.train.export import ExportError, export_checkpoint
+    from awarl.train.export import export_checkpoint
 
-    try:
-        final = export_checkpoint(checkpoint, out, base_model=base_model, dtype=dtype, eval_runs=eval_runs or [])
-    except ExportError as exc:
-        fail(exc, 2)
+    final = export_checkpoint(checkpoint, out, base_model=base_model, dtype=dtype, eval_runs=eval_runs or [])
     typer.echo(f"exported to {final}")

@@ -261,6 +261,27 @@ class TrainConfig:
         gen = self.grpo.get("num_generations")
         if gen is not None and gen < 2:
             raise ConfigError(f"grpo.num_generations must be >= 2 for group-relative advantages, got {gen}")
+        for section, values in (("grpo", self.grpo), ("sft.args", self.sft.args)):
+            steps = values.get("max_steps")
+            if isinstance(steps, int) and not isinstance(steps, bool) and steps < 1 and steps != -1:
+                raise ConfigError(f"{section}.max_steps must be >= 1 (or -1: num_train_epochs decides), got {steps}")
+
+    def check_model_path(self) -> None:
+        """``model.path`` must be a local folder or a model in the local Hugging Face cache, so a run
+        finds out before it loads data (or tries a download on an offline node) that its base is missing."""
+        path = self.model.path
+        if Path(path).is_dir():
+            return
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(path, "config.json")
+        except Exception:  # not a valid hub id (e.g. a local path with several folders): not cached
+            cached = None
+        if isinstance(cached, str):
+            return
+        raise ConfigError(f"model.path {path!r}: no such folder, and no model of that name in the Hugging Face "
+                          f"cache; build or download it first (`hf download {path}`), or fix the path")
 
     def check_trainer_fields(self) -> None:
         """Check the pass-through sections against TRL's config classes (imports TRL)."""

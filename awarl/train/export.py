@@ -22,13 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from awarl.agent.settings import RECIPE_FILE, ROLLOUT_FILE
+from awarl.errors import AwarlError
 from awarl.protocol import ABSTAIN_PHRASE
 
 log = logging.getLogger(__name__)
 
 
-class ExportError(RuntimeError):
-    """A checkpoint that cannot be exported; the message says what is missing."""
+class ExportError(AwarlError, RuntimeError):
+    """A checkpoint that cannot be exported (a bad checkpoint or output path given on the command
+    line, exit code 2); the message says what is missing."""
+
+    exit_code = 2
 
 
 SETTINGS_FILES = (RECIPE_FILE, ROLLOUT_FILE)
@@ -138,11 +142,11 @@ def _recipe_base(folder: Path) -> str | None:
     recipe = folder / RECIPE_FILE
     if not recipe.is_file():
         return None
-    import yaml
+    from awarl.config_fields import ConfigError, read_yaml_file
 
     try:
-        data = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError):
+        data = read_yaml_file(recipe) or {}
+    except ConfigError:
         return None
     model = data.get("model") if isinstance(data, dict) else None
     path = model.get("path") if isinstance(model, dict) else None

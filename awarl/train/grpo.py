@@ -287,8 +287,11 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
                     "grpo.eval_steps to evaluate during training")
     model, tokenizer = load_model_and_tokenizer(config)
     config.save(out)  # the resolved recipe beside the checkpoints, before the first step
+    environments = env_factory(config)
     callbacks = [PenaltyStateCallback(stateful), HyperparameterCallback(config.hyperparameters()),
                  CollapseWarningCallback(stateful, printer=on_log), *extra_callbacks]
+    if config.reward.adaptive_p:
+        callbacks.append(adaptive_p_callback(config, records, stateful, environments, args, out))
     if config.logging.summary:
         callbacks.append(SummaryCallback(printer=on_log))
     trainer = GRPOTrainer(
@@ -298,13 +301,28 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
         train_dataset=dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        environment_factory=env_factory(config),
+        environment_factory=environments,
         peft_config=peft_config(config),
         callbacks=callbacks,
     )
     freeze_penalty_during_evaluation(trainer, stateful)
     guard_rollouts(trainer)  # trained ids == sampled ids + tool suffixes, per-rollout budget; logs env/truncated
     return trainer, stateful
+
+
+def adaptive_p_callback(config: TrainConfig, records: Sequence[QARecord], stateful: Any, environments: Any,
+                        args: Any, output_dir: str):
+    """The forced-answer probe of adaptive p_i (`awarl.train.probe`), every ``reward.adaptive_p_every``
+    generation batches, with GRPO's sampling settings; probe rollouts never reach the reward."""
+    from awarl.train.probe import AdaptiveCapabilityCallback, ForcedAnswerProbe
+
+    probe = ForcedAnswerProbe(stateful, records, environments, config.rollout, p_field=config.data.p_field,
+                              temperature=args.temperature, top_p=args.top_p, seed=config.seed,
+                              output_dir=output_dir)
+    # TRL generates every steps_per_generation * num_iterations micro-batches; an optimizer step takes
+    # gradient_accumulation_steps of them.
+    per_batch = args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps
+    return AdaptiveCapabilityCallback(probe, max(1, round(config.reward.adaptive_p_every * per_batch)))
 
 
 def freeze_penalty_during_evaluation(trainer: Any, stateful: Any) -> None:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from awarl.protocol import extract_citations, normalize_answer
 from awarl.data.records import Passage
+from awarl.errors import AwarlError, ConfigError
 from awarl.verify.findings import CitationIssue, Finding, Result
 from awarl.verify.openai_client import BackendError, OpenAIChatBackend
 from awarl.verify.policy import nested_repeat, read_document
@@ -51,7 +52,7 @@ class Verdict(str, enum.Enum):
     BORDERLINE = "BORDERLINE"
 
 
-class JudgeError(RuntimeError):
+class JudgeError(AwarlError, RuntimeError):
     """The judge could not judge; the sentence is excluded and queued for review, never scored."""
 
 
@@ -159,31 +160,31 @@ def load_corrections(path: str | Path) -> list[Correction]:
     folder, bytes that are not UTF-8, broken YAML, a bad regex, or a regex that repeats a
     group holding a repeat (``(a+)+``: exponential time on an answer that almost matches)."""
     path = Path(path)
-    data = read_document(path)  # a PolicyError (a ValueError) naming the file
+    data = read_document(path)  # a PolicyError naming the file
     items = data.get("corrections") if isinstance(data, Mapping) else None
     if not isinstance(items, list):
-        raise ValueError(f"{path}: expected a mapping with a 'corrections' list")
+        raise ConfigError(f"{path}: expected a mapping with a 'corrections' list")
     out: list[Correction] = []
     seen: set[str] = set()
     for i, item in enumerate(items):
         where = f"{path}, corrections[{i}]"
         if not isinstance(item, Mapping):
-            raise ValueError(f"{where}: expected a mapping")
+            raise ConfigError(f"{where}: expected a mapping")
         for key in ("id", "error", "correction"):
             if not isinstance(item.get(key), str) or not item[key].strip():
-                raise ValueError(f"{where}, field '{key}': missing or empty")
+                raise ConfigError(f"{where}, field '{key}': missing or empty")
         if item["id"] in seen:
-            raise ValueError(f"{where}, field 'id': duplicate id {item['id']!r}")
+            raise ConfigError(f"{where}, field 'id': duplicate id {item['id']!r}")
         seen.add(item["id"])
         for key in ("error", "topic"):
             if item.get(key) is not None:
                 try:
                     re.compile(item[key])
                 except (re.error, TypeError) as exc:
-                    raise ValueError(f"{where}, field '{key}': bad regex: {exc}") from None
+                    raise ConfigError(f"{where}, field '{key}': bad regex: {exc}") from None
                 risky = nested_repeat(item[key])
                 if risky is not None:
-                    raise ValueError(f"{where}, field '{key}': the regex repeats a group that itself repeats, {risky!r}, "
+                    raise ConfigError(f"{where}, field '{key}': the regex repeats a group that itself repeats, {risky!r}, "
                                      "which can take exponential time on an answer; rewrite it")
         out.append(Correction(item["id"], item["error"], item["correction"], item.get("topic"), item.get("source", "") or ""))
     return out

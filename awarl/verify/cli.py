@@ -49,25 +49,20 @@ def check_command(
 ) -> None:
     """Check premises and claims given in SMT-LIB, or a question and answer through a translator."""
     from awarl.verify.findings import aggregate, findings_to_json, sort_findings
-    from awarl.verify.policy import PolicyError, load_policy
+    from awarl.verify.policy import load_policy
     from awarl.verify.reasoner import Reasoner, check
 
-    try:
-        pol = load_policy(policy)
-        reasoner = Reasoner(pol, timeout_ms=timeout_ms)
-        findings = []
-        if premise or claim:
-            findings.append(reasoner.check_expressions(premise, claim))
-        if answer is not None:
-            tr = _translator(translator, llm_url, llm_model, samples, threshold, temperature, timeout_ms)
-            findings += check(pol, question or "", answer, tr, reasoner=reasoner)
-            findings += _citation_findings(question or "", answer, corpus, corrections, review_queue, llm_judge, llm_url, llm_model)
-        elif not (premise or claim):
-            fail("give --claim (and optionally --premise), or --answer (and optionally --question)", 2)
-    except typer.Exit:
-        raise
-    except (PolicyError, ValueError, RuntimeError) as exc:
-        fail(str(exc), 2)
+    if not (premise or claim or answer is not None):
+        fail("give --claim (and optionally --premise), or --answer (and optionally --question)", 2)
+    pol = load_policy(policy)
+    reasoner = Reasoner(pol, timeout_ms=timeout_ms)
+    findings = []
+    if premise or claim:
+        findings.append(reasoner.check_expressions(premise, claim))
+    if answer is not None:
+        tr = _translator(translator, llm_url, llm_model, samples, threshold, temperature, timeout_ms)
+        findings += check(pol, question or "", answer, tr, reasoner=reasoner)
+        findings += _citation_findings(question or "", answer, corpus, corrections, review_queue, llm_judge, llm_url, llm_model)
     if as_json:
         typer.echo(json.dumps(findings_to_json(findings), indent=2, ensure_ascii=False))
         return
@@ -134,12 +129,9 @@ def lint_command(
 
     The lint stops at --budget and reports what it could not finish (too_complex, a warning)."""
     from awarl.verify.lint import lint
-    from awarl.verify.policy import PolicyError, load_policy
+    from awarl.verify.policy import load_policy
 
-    try:
-        pol = load_policy(policy)
-    except PolicyError as exc:
-        fail(exc, 2)
+    pol = load_policy(policy)
     with _LintProgress(enabled=progress) as bar:
         issues = lint(pol, timeout_ms=timeout_ms, budget_s=budget, progress=bar.update)
     if as_json:
@@ -206,24 +198,19 @@ def test_command(
     as_json: bool = typer.Option(False, "--json", help="Print the outcomes as JSON."),
 ) -> None:
     """Run the policy's tests (question, answer, expected aggregated result); exit 1 on a failure."""
-    from awarl.verify.policy import PolicyError, load_policy
+    from awarl.verify.policy import load_policy
     from awarl.verify.policy_tests import load_policy_tests, policy_and_tests, run_policy_tests
     from awarl.verify.reasoner import Reasoner
 
-    try:
-        policy_path, tests_path = policy_and_tests(policy, tests)
-        pol = load_policy(policy_path)
-        cases = load_policy_tests(tests_path)
+    policy_path, tests_path = policy_and_tests(policy, tests)
+    pol = load_policy(policy_path)
+    cases = load_policy_tests(tests_path)
 
-        def translator_for(case):
-            thr = case.confidence_threshold if case.confidence_threshold is not None else 1.0
-            return _translator(translator, llm_url, llm_model, samples, thr, 0.7, timeout_ms)
+    def translator_for(case):
+        thr = case.confidence_threshold if case.confidence_threshold is not None else 1.0
+        return _translator(translator, llm_url, llm_model, samples, thr, 0.7, timeout_ms)
 
-        outcomes = run_policy_tests(pol, cases, translator_for, Reasoner(pol, timeout_ms=timeout_ms))
-    except typer.Exit:
-        raise
-    except (PolicyError, ValueError, RuntimeError) as exc:
-        fail(str(exc), 2)
+    outcomes = run_policy_tests(pol, cases, translator_for, Reasoner(pol, timeout_ms=timeout_ms))
     failed = [o for o in outcomes if not o.passed]
     if as_json:
         typer.echo(json.dumps({"passed": len(outcomes) - len(failed), "failed": len(failed), "tests": [o.to_dict() for o in outcomes]}, indent=2))

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from awarl.errors import AwarlError
+
 
 class Result(str, enum.Enum):
     VALID = "VALID"
@@ -52,7 +54,7 @@ _RESULT_OF_KEY = {v: k for k, v in _BEDROCK_KEY.items()}
 Value = bool | int | float | str
 
 
-class FindingsError(ValueError):
+class FindingsError(AwarlError, ValueError):
     """A findings payload that does not have the documented shape; the message names the path."""
 
 

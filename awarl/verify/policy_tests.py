@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from awarl.errors import ConfigError
 from awarl.verify.findings import Finding, Result, aggregate
 from awarl.verify.policy import Policy, read_document
 from awarl.verify.reasoner import Reasoner, check
@@ -69,14 +70,14 @@ def policy_and_tests(path: str | Path, tests: str | Path | None = None) -> tuple
     if suffix is None:
         return path, Path(tests) if tests is not None else default_tests_path(path)
     if tests is not None:
-        raise ValueError(f"{path} is a tests file; give the policy as the argument when --tests names the tests")
+        raise ConfigError(f"{path} is a tests file; give the policy as the argument when --tests names the tests")
     stem = name[: -len(suffix)]
     for ext in _POLICY_SUFFIXES:
         candidate = path.with_name(stem + ext)
         if candidate.is_file():
             return candidate, path
     tried = ", ".join(stem + ext for ext in _POLICY_SUFFIXES)
-    raise ValueError(f"{path} is a tests file, and no policy is beside it (looked for {tried})")
+    raise ConfigError(f"{path} is a tests file, and no policy is beside it (looked for {tried})")
 
 
 def load_policy_tests(path: str | Path) -> list[PolicyTest]:
@@ -85,7 +86,7 @@ def load_policy_tests(path: str | Path) -> list[PolicyTest]:
     items = data.get("tests") if isinstance(data, Mapping) else None
     if not isinstance(items, list):
         hint = " (this looks like a policy; its tests go in a separate <policy>.tests.yaml)" if isinstance(data, Mapping) and "rules" in data else ""
-        raise ValueError(f"{path}: expected a mapping with a 'tests' list{hint}")
+        raise ConfigError(f"{path}: expected a mapping with a 'tests' list{hint}")
     return [_test_from(item, f"{path}, tests[{i}]", i) for i, item in enumerate(items)]
 
 
@@ -98,22 +99,22 @@ def _pick(item: Mapping[str, Any], *keys: str) -> Any:
 
 def _test_from(item: Any, where: str, i: int) -> PolicyTest:
     if not isinstance(item, Mapping):
-        raise ValueError(f"{where}: expected a mapping")
+        raise ConfigError(f"{where}: expected a mapping")
     question = _pick(item, "question", "queryContent", "query_content") or ""
     answer = _pick(item, "answer", "guardContent", "guard_content")
     expected = _pick(item, "expected", "expectedAggregatedFindingsResult", "expected_aggregated_findings_result")
     if not isinstance(answer, str) or not answer.strip():
-        raise ValueError(f"{where}, field 'answer': missing or empty (Bedrock requires guard content)")
+        raise ConfigError(f"{where}, field 'answer': missing or empty (Bedrock requires guard content)")
     for field_name, value in (("question", question), ("answer", answer)):
         if not isinstance(value, str) or len(value) > _MAX_CHARS:
-            raise ValueError(f"{where}, field '{field_name}': expected a string of at most {_MAX_CHARS} characters")
+            raise ConfigError(f"{where}, field '{field_name}': expected a string of at most {_MAX_CHARS} characters")
     try:
         result = Result(expected)
     except ValueError:
-        raise ValueError(f"{where}, field 'expected': expected one of {[r.value for r in Result]}, got {expected!r}") from None
+        raise ConfigError(f"{where}, field 'expected': expected one of {[r.value for r in Result]}, got {expected!r}") from None
     threshold = _pick(item, "confidence_threshold", "confidenceThreshold")
     if threshold is not None and (isinstance(threshold, bool) or not (isinstance(threshold, (int, float)) and 0 <= threshold <= 1)):
-        raise ValueError(f"{where}, field 'confidence_threshold': expected a number in [0, 1]")
+        raise ConfigError(f"{where}, field 'confidence_threshold': expected a number in [0, 1]")
     return PolicyTest(str(item.get("name") or f"test {i}"), question, answer, result, threshold)
 
 

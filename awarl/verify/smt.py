@@ -25,6 +25,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from awarl.errors import AwarlError
+
 BOOL, INT, REAL = "bool", "int", "real"
 NUMERIC = (INT, REAL)
 MAX_DEPTH = 100  # deeper nesting is no policy a person writes; it would only exhaust the stack
@@ -41,8 +43,11 @@ _DECIMAL_RE = re.compile(r"^-?\d+\.\d*$")
 _SORT_NAMES = {"Bool": BOOL, "Int": INT, "Real": REAL, "bool": BOOL, "int": INT, "real": REAL}
 
 
-class SmtError(ValueError):
-    """A term that is malformed or ill-sorted; the text names the operator and the argument."""
+class SmtError(AwarlError, ValueError):
+    """A term that is malformed or ill-sorted (in a policy or given on the command line: exit code 2);
+    the text names the operator and the argument."""
+
+    exit_code = 2
 
 
 Node = str | list  # an atom, or a list of nodes

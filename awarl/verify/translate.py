@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from awarl.errors import AwarlError
 from awarl.verify.equivalence import equivalent
 from awarl.verify.findings import Ambiguity, Statement, Translation
 from awarl.verify.policy import Policy, PolicyError
@@ -37,7 +38,7 @@ class Generator(Protocol):
     def generate(self, prompts: list[str], n: int, temperature: float) -> list[list[str]]: ...
 
 
-class TranslationError(RuntimeError):
+class TranslationError(AwarlError, RuntimeError):
     """The translator could not produce any usable translation (e.g. no sample parsed)."""
 
 

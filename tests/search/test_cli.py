@@ -174,7 +174,7 @@ def test_serve_with_workers_shares_one_index_and_survives_a_rebuild(built, tmp_p
 def test_serve_rejects_bad_options_without_a_traceback(built, args, needle):
     index_dir, _ = built
     result = runner.invoke(app, ["search", "serve", "--index", str(index_dir), *args])
-    assert result.exit_code == 1 and needle in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output  # a bad command line
 
 
 def test_serve_on_a_busy_port_and_a_damaged_index_are_clear_errors(built, tmp_path):

@@ -230,3 +230,79 @@ def test_capability_training_and_evaluation_describe_one_agent(full_run, tiny_sf
                            "--no-progress"])
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "eval2" / "run.json").read_text())["rollout"] == trained
+
+
+# -- adaptive p_i: the forced-answer probe --------------------------------------------------------------------
+def _adaptive_overrides(model_dir, files, out, **grpo_settings):
+    return [*tiny_overrides(model_dir, files, out, **grpo_settings), "reward.adaptive_p=true",
+            "reward.adaptive_p_every=1", "reward.adaptive_p_questions=4", "reward.adaptive_p_samples=2"]
+
+
+def test_probe_cannot_sample_a_refusal(tiny_sft_model_dir):
+    """Every banned sequence's last token is never drawn after its prefix, greedy or seeded sampling."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from awarl.llm.base import SamplingParams
+    from awarl.llm.hf import HFGenerator
+    from awarl.protocol import DEFAULT_REFUSAL_PHRASES, build_messages
+    from awarl.train.probe import _NoRefusal, refusal_token_sequences
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_sft_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_sft_model_dir)
+    banned = refusal_token_sequences(tokenizer, DEFAULT_REFUSAL_PHRASES)
+    assert banned and all(seq for seq in banned)
+    prompt = tokenizer.apply_chat_template(build_messages("Who founded Ruvia?"), add_generation_prompt=True)
+    prompt = list(prompt if isinstance(prompt, list) else prompt["input_ids"])
+    prefixes = [prompt + tokenizer.encode("<answer>", add_special_tokens=False) + seq[:-1] for seq in banned]
+    backend = HFGenerator("probe", model_obj=_NoRefusal(model, banned), tokenizer_obj=tokenizer)
+    for params in (SamplingParams(max_new_tokens=1),
+                   SamplingParams(temperature=1.0, max_new_tokens=1, seeds=tuple(range(len(prefixes))))):
+        gens = backend.generate(prefixes, params)
+        assert all(g.token_ids[:1] != seq[-1:] for g, seq in zip(gens, banned))
+
+
+def test_forced_answer_probe_counts_without_touching_the_penalty(tiny_sft_model_dir, train_files, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from awarl.train.probe import PROBE_LOG_FILE, ForcedAnswerProbe, read_probe_log
+
+    cfg = TrainConfig.from_yaml(TINY_RECIPE, _adaptive_overrides(tiny_sft_model_dir, train_files, tmp_path))
+    records = grpo.load_training_records(cfg)
+    _, _, reward = grpo.build_rewards(cfg)
+    model = AutoModelForCausalLM.from_pretrained(tiny_sft_model_dir)
+    model.train()
+    probe = ForcedAnswerProbe(reward, records, grpo.env_factory(cfg), cfg.rollout, output_dir=tmp_path)
+    for step in (1, 2):
+        probe.run(model, AutoTokenizer.from_pretrained(tiny_sft_model_dir), step=step)
+    rows = read_probe_log(tmp_path / PROBE_LOG_FILE)
+    assert [r["round"] for r in rows] == [1, 2] and all(r["rollouts"] == 8 for r in rows)
+    assert all(r["abstained"] == 0 for r in rows)  # forced: the refusal phrase cannot be written
+    assert reward.adaptive.rollouts == 16 and len(reward.adaptive.counts) == min(8, len(records))
+    assert reward.penalty.state.step == 0  # probe rollouts never reach P_t
+    assert model.training  # the training mode is restored
+
+
+def test_grpo_with_adaptive_p_records_updates_and_resumes(tiny_sft_model_dir, train_files, tmp_path):
+    import shutil
+
+    from awarl.train.probe import PROBE_LOG_FILE, read_probe_log
+
+    whole = tmp_path / "whole"
+    grpo.main(TrainConfig.from_yaml(TINY_RECIPE, _adaptive_overrides(tiny_sft_model_dir, train_files, whole)))
+    rows = read_probe_log(whole / PROBE_LOG_FILE)
+    assert [r["step"] for r in rows] == [1, 2] and all(r["rollouts"] == 8 for r in rows)
+    saved = [_penalty(whole / f"checkpoint-{s}")["penalty"] for s in (1, 2)]
+    assert [s["adaptive"]["rounds"] for s in saved] == [1, 2] and saved[1]["adaptive"]["rollouts"] == 16
+    logs = [h for h in _state(whole / "checkpoint-2")["log_history"] if "loss" in h]
+    assert logs[1]["awa/probe_rollouts"] == 8  # logged with the second batch: the first probe's compute
+
+    resumed = tmp_path / "resumed"
+    shutil.copytree(whole / "checkpoint-1", resumed / "checkpoint-1")
+    grpo.main(TrainConfig.from_yaml(TINY_RECIPE, _adaptive_overrides(tiny_sft_model_dir, train_files, resumed)),
+              resume="latest")
+    def without_seconds(folder):
+        saved = _penalty(folder)
+        assert saved["penalty"]["adaptive"].pop("seconds") > 0  # probe time is counted, and differs run to run
+        return saved
+
+    assert without_seconds(resumed / "checkpoint-2") == without_seconds(whole / "checkpoint-2")
