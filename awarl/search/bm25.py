@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from awarl.data.records import DataError, Passage
+from awarl.errors import ConfigError
 from awarl.search import postings as _postings
 from awarl.search.folder import check_passage_count, read_index_meta, staged, write_meta
 from awarl.search.postings import Postings, Scoring, Tokenizer
@@ -46,9 +47,9 @@ class BM25Settings:
 
     def __post_init__(self) -> None:
         if self.k1 < 0 or not 0 <= self.b <= 1:
-            raise ValueError(f"need k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
+            raise ConfigError(f"need k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
         if self.method not in ("robertson", "lucene", "atire", "bm25l", "bm25+"):
-            raise ValueError(f"unknown BM25 method {self.method!r}; choose robertson, lucene, atire, bm25l or bm25+")
+            raise ConfigError(f"unknown BM25 method {self.method!r}; choose robertson, lucene, atire, bm25l or bm25+")
 
     def text(self, p: Passage) -> str:
         """What is indexed of a passage."""
@@ -69,7 +70,7 @@ class BM25Index:
 
     def __init__(self, postings: Postings, store: PassageStore, settings: BM25Settings, scorer: str = "maxscore"):
         if scorer not in SCORERS:
-            raise ValueError(f"unknown scorer {scorer!r}; choose one of {', '.join(SCORERS)}")
+            raise ConfigError(f"unknown scorer {scorer!r}; choose one of {', '.join(SCORERS)}")
         self.postings = postings
         self.store = store
         self.settings = settings
@@ -82,33 +83,36 @@ class BM25Index:
 
     @classmethod
     def build(cls, passages: Sequence[Passage], settings: BM25Settings | None = None, show_progress: bool = False,
-              scorer: str = "maxscore") -> "BM25Index":
-        """An index held in memory (for corpora that fit in a list; `build_folder` streams)."""
+              scorer: str = "maxscore", source: str | Path = "the corpus") -> "BM25Index":
+        """An index held in memory (for corpora that fit in a list; `build_folder` streams). An empty
+        corpus or a repeated id is a `DataError` naming ``source`` (the corpus file)."""
         settings = settings or BM25Settings()
         if not passages:
-            raise ValueError("cannot index an empty corpus")
-        store = PassageStore.from_passages(passages)  # duplicate ids fail here, before any work
+            raise DataError(source, "-", "no passages: cannot index an empty corpus")
+        store = PassageStore.from_passages(passages, source)  # duplicate ids fail here, before any work
         with tempfile.TemporaryDirectory(prefix="awarl-bm25-") as tmp:
             _postings.build((settings.text(p) for p in passages), Path(tmp), Tokenizer(settings.stopwords, settings.stemmer),
-                            settings.scoring)
+                            settings.scoring, source=source)
             postings = Postings.load(Path(tmp), mmap=False)
         return cls(postings, store, settings, scorer)
 
     @classmethod
     def build_folder(cls, passages: Iterable[Passage], out_dir: str | Path, settings: BM25Settings | None = None,
-                     chunk_size: int = 20_000, on_chunk: Callable[[int], None] | None = None) -> int:
+                     chunk_size: int = 20_000, on_chunk: Callable[[int], None] | None = None,
+                     source: str | Path = "the corpus") -> int:
         """Stream ``passages`` into a new index folder at ``out_dir`` (replacing an index there
-        atomically); memory stays at one chunk plus the vocabulary. Returns the passage count."""
+        atomically); memory stays at one chunk plus the vocabulary. Returns the passage count. An
+        empty corpus or a repeated id is a `DataError` naming ``source`` (the corpus file)."""
         settings = settings or BM25Settings()
         with staged(out_dir) as out:
-            with PassageWriter(out) as writer:
+            with PassageWriter(out, source) as writer:
                 def texts() -> Iterable[str]:
                     for p in passages:
                         writer.add(p)
                         yield settings.text(p)
 
                 n = _postings.build(texts(), out / _BM25S_DIR, Tokenizer(settings.stopwords, settings.stemmer),
-                                    settings.scoring, chunk_size=chunk_size, on_chunk=on_chunk)
+                                    settings.scoring, chunk_size=chunk_size, on_chunk=on_chunk, source=source)
             write_meta(out, cls.kind, n, asdict(settings))
         return n
 

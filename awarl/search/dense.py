@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from awarl.data.records import DataError, Passage
+from awarl.errors import ConfigError
 from awarl.search.folder import check_passage_count, read_index_meta, staged, write_meta
 from awarl.search.retriever import Hit, SearchError, check_request
 from awarl.search.store import PassageStore
@@ -45,9 +46,9 @@ class DenseSettings:
 
     def __post_init__(self) -> None:
         if self.index_type not in INDEX_TYPES:
-            raise ValueError(f"unknown dense index type {self.index_type!r}; choose one of {', '.join(INDEX_TYPES)}")
+            raise ConfigError(f"unknown dense index type {self.index_type!r}; choose one of {', '.join(INDEX_TYPES)}")
         if self.batch_size < 1 or self.hnsw_m < 2 or self.hnsw_ef_search < 1 or self.hnsw_ef_construction < 1:
-            raise ValueError("batch_size, hnsw_ef_* must be >= 1 and hnsw_m >= 2")
+            raise ConfigError("batch_size, hnsw_ef_* must be >= 1 and hnsw_m >= 2")
 
 
 def _require_extra() -> tuple[Any, Any]:
@@ -55,7 +56,7 @@ def _require_extra() -> tuple[Any, Any]:
         import faiss
         import sentence_transformers
     except ImportError as exc:
-        raise ImportError(
+        raise ConfigError(
             f"dense retrieval needs the 'dense' extra ({exc.name} is missing): pip install 'awarl[dense]'"
         ) from None
     return faiss, sentence_transformers
@@ -89,10 +90,11 @@ class DenseIndex:
             faiss_index.hnsw.efSearch = settings.hnsw_ef_search
 
     @classmethod
-    def build(cls, passages: Sequence[Passage], settings: DenseSettings, show_progress: bool = False) -> "DenseIndex":
+    def build(cls, passages: Sequence[Passage], settings: DenseSettings, show_progress: bool = False,
+              source: str | Path = "the corpus") -> "DenseIndex":
         faiss, _ = _require_extra()
         if not passages:
-            raise ValueError("cannot index an empty corpus")
+            raise DataError(source, "-", "no passages: cannot index an empty corpus")
         encoder = load_encoder(settings.encoder, settings.device)
         texts = [settings.passage_prefix + (f"{p.title} {p.text}" if p.title else p.text) for p in passages]
         emb = _encode(encoder, texts, settings.batch_size, show_progress)
@@ -103,7 +105,7 @@ class DenseIndex:
             index = faiss.IndexHNSWFlat(dim, settings.hnsw_m, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efConstruction = settings.hnsw_ef_construction
         index.add(emb)
-        return cls(index, emb, PassageStore.from_passages(passages), settings, encoder)
+        return cls(index, emb, PassageStore.from_passages(passages, source), settings, encoder)
 
     def save(self, out_dir: str | Path) -> Path:
         """Write the index folder; an existing index there is replaced atomically (`awarl.search.folder`)."""
