@@ -203,7 +203,10 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        if isinstance(exc.__cause__, _TooLarge):  # FastAPI wraps what the body reader raised
+            return _too_large(MAX_BODY_BYTES)
+        # FastAPI raises a 400 only when it cannot decode the body (bytes that are not UTF-8 JSON)
+        code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, f"{request.method} {request.url.path}: {exc.detail}")
 
     @app.exception_handler(Exception)

@@ -44,6 +44,7 @@ def serve(
         fail(exc, 2)
     if not settings.policy:
         fail("no policy to check against: pass --config configs/chat/<name>.yaml", 2)
+    _lint_policy(settings.policy)
     import sqlite3
 
     import uvicorn
@@ -65,6 +66,26 @@ def serve(
              f"of {', '.join(sorted(auth.allowed_hosts))} (set allowed_hosts for the names clients use)")
     typer.echo(f"awarl chat on http://{settings.host}:{settings.port}/ — {settings.mode_note or settings.generator}")
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+
+
+def _lint_policy(path: str) -> None:
+    """The served policy is linted before the server starts: conflicting rules (every answer would be
+    IMPOSSIBLE, or rules demand incompatible things) stop it; other findings are warnings."""
+    from awarl.verify.lint import lint
+    from awarl.verify.policy import load_policy
+
+    try:
+        policy = load_policy(path)
+    except ValueError as exc:  # PolicyError names the file and the element
+        fail(exc, 2)
+    issues = lint(policy, budget_s=30.0)
+    conflicts = [i for i in issues if i.kind == "conflict"]
+    for issue in issues:
+        if issue.severity == "warning" or (issue.severity == "error" and issue.kind != "conflict"):
+            warn(f"{path}: {issue.kind}: {issue.message}")
+    if conflicts:
+        fail(f"{path}: the policy's rules conflict, so checks against it mean nothing: {conflicts[0].message} "
+             f"(rules {', '.join(conflicts[0].rules)}); `awarl verify lint {path}` lists every issue", 2)
 
 
 @audit_app.command("verify")

@@ -149,6 +149,8 @@ class ThreadManager:
             "policy": runtime.get("policy", settings.policy_name) if runtime.get("policy") in settings.policies else settings.policy_name,
             "max_iterations": runtime.get("max_iterations", settings.max_iterations),
         }
+        for name in settings.policies:  # every policy a user may switch to is read now: a broken file is named at start
+            self._policy_version(name)
         self._second_judge = self._make_second_judge()
         log.info("chat: %s", settings.mode_note or f"generator {self.runtime['generator']}, policy {self.runtime['policy']}")
 
