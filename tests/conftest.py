@@ -141,3 +141,34 @@ def tiny_world_sft_model_dir(tiny_world_model_dir, test_world) -> Path:
     return _locked_build(CACHE / f"tiny-world-sft-{key}",
                          lambda d: warm_start_on_world(tiny_world_model_dir, d, test_world))
 
+
+
+def _load_fake_openai():
+    """tests/fake_openai.py as a module (the tests run in importlib mode: no package imports)."""
+    import importlib.util
+    import sys
+
+    if "fake_openai" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("fake_openai", Path(__file__).with_name("fake_openai.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["fake_openai"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["fake_openai"]
+
+
+@pytest.fixture
+def openai_server():
+    """Start the one fake OpenAI-compatible server (tests/fake_openai.py):
+    ``openai_server(reply, model="agent", delay=0.0)`` returns a running `FakeOpenAI`, stopped after the test."""
+    fake = _load_fake_openai()
+    servers = []
+
+    def start(reply, model: str | None = "agent", delay: float = 0.0):
+        server = fake.FakeOpenAI(reply, model=model, delay=delay).__enter__()
+        servers.append(server)
+        return server
+
+    start.Reply = fake.Reply  # for replies with another status, body or delay
+    yield start
+    for server in servers:
+        server.__exit__(None, None, None)

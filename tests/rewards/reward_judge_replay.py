@@ -1,7 +1,7 @@
-"""A local OpenAI-compatible judge server that replays scripted behaviours (for tests and benches).
+"""The citation judge's endpoint for tests and benches: the shared fake OpenAI server
+(tests/fake_openai.py) replaying scripted behaviours.
 
-It listens on 127.0.0.1 only and answers ``POST /v1/chat/completions`` in the documented
-``chat.completion`` shape. What it does is chosen by a marker in the judged question:
+What it does is chosen by a marker in the judged question:
 
 - ``[[malformed]]``: a 200 whose message is not JSON;
 - ``[[badshape]]``: a 200 whose body is not a chat.completion;
@@ -11,112 +11,72 @@ It listens on 127.0.0.1 only and answers ``POST /v1/chat/completions`` in the do
 - ``[[429]]``: HTTP 429 (rate limited) on the first attempt, then a good answer;
 - ``[[400]]``: HTTP 400 every time (a request the server will never accept);
 - otherwise a good answer: ``{"needed": [ids of passages whose text contains SUPPORT]}``.
+
+``by_content`` counts the attempts per judged content.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import sys
 import threading
-import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 _PASSAGE_LINE = re.compile(r"^\[([^\]]+)\] (.*)$", re.M)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # the default backlog of 5 resets connections under 32 concurrent clients
+def _fake_openai() -> Any:
+    if "fake_openai" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("fake_openai", Path(__file__).parents[1] / "fake_openai.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["fake_openai"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["fake_openai"]
 
 
-class ReplayJudgeServer:
+_fake = _fake_openai()
+Reply = _fake.Reply
+
+
+class ReplayJudgeServer(_fake.FakeOpenAI):
+    """``with ReplayJudgeServer(latency_s=…, hang_s=…) as server``: any model name is served."""
+
     def __init__(self, latency_s: float = 0.0, hang_s: float = 1.0):
+        super().__init__(self._judge, model=None)
         self.latency_s, self.hang_s = latency_s, hang_s
-        self.requests = 0
         self.by_content: Counter = Counter()
-        self.in_flight = self.max_in_flight = 0
-        self.bodies: list[dict] = []
-        self._lock = threading.Lock()
-        self._httpd = _Server(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._count = threading.Lock()
 
-    @property
-    def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def __enter__(self) -> "ReplayJudgeServer":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def _respond(self, body: dict) -> tuple[int, bytes, float]:
+    def _judge(self, body: dict[str, Any]) -> Any:
         user = body["messages"][-1]["content"]
-        with self._lock:
-            self.requests += 1
+        with self._count:
             self.by_content[user] += 1
             attempt = self.by_content[user]
-            self.bodies.append(body)
+        delay = self.latency_s
         if "[[500]]" in user or ("[[flaky]]" in user and attempt <= 2):
-            return 500, b'{"error": {"message": "internal error"}}', self.latency_s
+            return Reply(500, {"error": {"message": "internal error"}}, delay=delay)
         if "[[429]]" in user and attempt == 1:
-            return 429, b'{"error": {"message": "rate limited"}}', self.latency_s
+            return Reply(429, {"error": {"message": "rate limited"}}, delay=delay)
         if "[[400]]" in user:
-            return 400, b'{"error": {"message": "bad request"}}', self.latency_s
+            return Reply(400, {"error": {"message": "bad request"}}, delay=delay)
         if "[[badshape]]" in user:
-            return 200, b'{"id": "x", "object": "chat.completion"}', self.latency_s
+            return Reply(200, {"id": "x", "object": "chat.completion"}, delay=delay)
         if "[[malformed]]" in user:
             content = "The needed passages are d1 and d2."
         else:
             passages = user.split("Passages:\n", 1)[-1]
-            content = json.dumps({"needed": [pid for pid, rest in _PASSAGE_LINE.findall(passages)
-                                             if "SUPPORT" in rest]})
-        delay = self.hang_s if "[[timeout]]" in user else self.latency_s
-        reply = {"id": f"chatcmpl-{attempt}", "object": "chat.completion", "created": int(time.time()),
-                 "model": body.get("model", ""),
-                 "choices": [{"index": 0, "finish_reason": "stop",
-                              "message": {"role": "assistant", "content": content}}],
-                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-        return 200, json.dumps(reply).encode(), delay
+            content = json.dumps({"needed": [pid for pid, rest in _PASSAGE_LINE.findall(passages) if "SUPPORT" in rest]})
+        reply = self.answer_with(body, content)
+        reply.delay = self.hang_s if "[[timeout]]" in user else delay
+        return reply
 
-    def _handler(self):
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out at once, no 40 ms ACK stall
-
-            def do_POST(self):  # noqa: N802 (http.server's naming)
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length))
-                if self.path != "/v1/chat/completions":
-                    status, payload, delay = 404, b'{"error": "not found"}', 0.0
-                else:
-                    status, payload, delay = server._respond(body)
-                with server._lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                try:
-                    if delay:
-                        time.sleep(delay)
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout test): nothing to answer
-                finally:
-                    with server._lock:
-                        server.in_flight -= 1
-
-            def log_message(self, format, *args):  # keep test output clean
-                pass
-
-        return Handler
+    def answer_with(self, body: dict[str, Any], content: str) -> Any:
+        """A good chat.completion holding ``content``."""
+        return Reply(200, {"id": "chatcmpl-judge", "object": "chat.completion", "model": body.get("model", ""),
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": content}}],
+                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})

@@ -38,7 +38,7 @@ def test_good_judgment_and_request_shape(server):
     [result] = judge.judge_many([request()])
     assert result.needed == ("d1", "d2")
     assert (result.coverage, result.redundancy) == (0.5, 0.5)
-    body = server.bodies[0]
+    body = server.requests[0]
     assert body["model"] == "judge-model" and body["response_format"] == {"type": "json_object"}
     assert body["messages"][0]["role"] == "system" and "[d3] C: noise" in body["messages"][1]["content"]
     assert "Answer: x" in body["messages"][1]["content"]
@@ -49,19 +49,19 @@ def test_cache_hits_avoid_repeat_calls_and_persist(server, tmp_path):
     judge = judge_for(server, tmp_path)
     batch = [request(f"q{i}") for i in range(5)] + [request("q0")]  # a repeat inside the batch
     first = judge.judge_many(batch)
-    assert server.requests == 5
+    assert len(server.requests) == 5
     second = judge.judge_many(batch)
-    assert server.requests == 5 and judge.stats.cache_hits == 6 and second == first
+    assert len(server.requests) == 5 and judge.stats.cache_hits == 6 and second == first
     reopened = judge_for(server, tmp_path)  # a new process / run reading the same SQLite file
-    assert reopened.judge_many(batch[:2]) == first[:2] and server.requests == 5
+    assert reopened.judge_many(batch[:2]) == first[:2] and len(server.requests) == 5
     # Other citations, same question, answer and passages: the cached judgment still applies.
     [recited] = judge.judge_many([request("q0", cited=("d2", "d1"))])
-    assert server.requests == 5 and (recited.coverage, recited.redundancy) == (1.0, 0.0)
+    assert len(server.requests) == 5 and (recited.coverage, recited.redundancy) == (1.0, 0.0)
     # Other passages (in another order too) are other content: a new call.
     judge.judge_many([request("q0", passages=GOOD[::-1][:2])])
-    assert server.requests == 6
+    assert len(server.requests) == 6
     judge.judge_many([request("q0", passages=GOOD[1:])])  # the same two passages, other order
-    assert server.requests == 6
+    assert len(server.requests) == 6
 
 
 def test_malformed_reply_is_excluded_counted_and_not_retried(server):
@@ -69,7 +69,7 @@ def test_malformed_reply_is_excluded_counted_and_not_retried(server):
     results = judge.judge_many([request("[[malformed]]"), request("[[badshape]]"), request("fine")])
     assert results[0] is None and results[1] is None and results[2] is not None
     assert judge.stats.failures["malformed"] == 2
-    assert server.requests == 3  # strict parsing failures are not retried
+    assert len(server.requests) == 3  # strict parsing failures are not retried
 
 
 def test_timeout_is_retried_then_excluded(server):
@@ -84,9 +84,9 @@ def test_server_errors_are_retried_with_backoff(server):
     flaky, broken = judge.judge_many([request("[[flaky]]"), request("[[500]]")])
     assert flaky is not None and flaky.needed == ("d1", "d2")
     assert broken is None and judge.stats.failures["http_500"] == 1
-    assert server.requests == 6  # 3 attempts each
+    assert len(server.requests) == 6  # 3 attempts each
     again = judge.judge_many([request("[[500]]")])  # failures are not cached
-    assert again == [None] and server.requests == 9
+    assert again == [None] and len(server.requests) == 9
 
 
 def test_rate_limit_is_retried_and_client_errors_are_not(server):

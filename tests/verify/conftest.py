@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 
 import pytest
 
@@ -38,61 +35,18 @@ def loan() -> Policy:
     return policy_from_dict(LOAN, source="loan")
 
 
-class ChatServer:
-    """A real HTTP server on 127.0.0.1 answering POST /v1/chat/completions in OpenAI's shape.
-
-    ``reply(body) -> (status, list of contents)`` scripts each answer; requests are recorded.
-    """
-
-    def __init__(self, reply: Callable[[dict], tuple[int, list[str]]]):
-        self.reply, self.requests = reply, []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "body": body})
-                status, contents = outer.reply(body)
-                if status == 200:
-                    payload = {
-                        "id": f"chatcmpl-{len(outer.requests)}", "object": "chat.completion", "model": body.get("model"),
-                        "choices": [
-                            {"index": i, "message": {"role": "assistant", "content": c}, "finish_reason": "stop"}
-                            for i, c in enumerate(contents)
-                        ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                    }
-                else:
-                    payload = {"error": {"message": "scripted failure", "type": "server_error"}}
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-
 @pytest.fixture
-def chat_server() -> Iterator[Callable[[Callable[[dict], tuple[int, list[str]]]], ChatServer]]:
-    servers: list[ChatServer] = []
+def chat_server(openai_server) -> Callable[[Callable[[dict], tuple[int, list[str]]]], object]:
+    """``chat_server(reply)``: the shared fake OpenAI server (tests/fake_openai.py) answering with
+    ``reply(body) -> (status, list of contents)``; any model name is served."""
 
-    def start(reply):
-        server = ChatServer(reply)
-        server.thread.start()
-        servers.append(server)
-        return server
+    def start(reply: Callable[[dict], tuple[int, list[str]]]):
+        def answer(body: dict):
+            status, contents = reply(body)
+            if status != 200:
+                return openai_server.Reply(status, {"error": {"message": "scripted failure", "type": "server_error"}})
+            return contents
 
-    yield start
-    for s in servers:
-        s.httpd.shutdown()
-        s.httpd.server_close()
+        return openai_server(answer, model=None)
+
+    return start

@@ -122,9 +122,9 @@ def test_llm_support_judge_over_a_local_server(chat_server, tmp_path):
     queue = ReviewQueue(tmp_path / "review.jsonl")
     gate = CitationGate.from_passages(passages, judge=judge, review_queue=queue)
     assert gate.check("Capital of France?", "<answer>Paris</answer> [p1]") == []  # 503 retried, then YES
-    prompt = server.requests[-1]["body"]["messages"][0]["content"]
+    prompt = server.requests[-1]["messages"][0]["content"]
     assert "[p1] Paris: Paris is the capital of France." in prompt and "Claim: Paris" in prompt
-    assert server.requests[-1]["body"]["temperature"] == 0.0
+    assert server.requests[-1]["temperature"] == 0.0
     [f] = gate.check("Capital of France?", "<answer>Paris</answer> [p2]")
     assert f.citation.kind == "unsupported" and f.citation.passage_id == "p2"
     assert gate.check("q", "Paris [p1].") == [] and queue.read()[-1]["reason"] == "borderline"

@@ -148,9 +148,9 @@ def test_llm_translator_over_a_local_openai_compatible_server(pricing, chat_serv
     translator = LLMTranslator(backend, samples=4, threshold=1.0)
     [item] = translator.translate(Q, A, pricing)
     assert isinstance(item, Ambiguity) and item.confidence == 0.5
-    assert server.requests[0]["path"] == "/v1/chat/completions"
-    assert server.requests[1]["body"]["n"] == 4 and server.requests[-1]["body"]["n"] == 1
-    assert server.requests[1]["body"]["model"] == "translator"
+    assert server.paths[0] == "/v1/chat/completions"
+    assert server.requests[1]["n"] == 4 and server.requests[-1]["n"] == 1
+    assert server.requests[1]["model"] == "translator"
 
 
 def test_http_backend_gives_up_with_a_clear_error(chat_server):
@@ -179,8 +179,8 @@ def test_llm_translator_over_awarls_own_chat_backend(pricing, chat_server):
         backend.close()
     assert aggregate(findings) is Result.VALID and findings[0].translation.confidence == 1.0
     assert len(server.requests) == 3
-    assert {r["body"]["temperature"] for r in server.requests} == {0.9}
-    assert server.requests[0]["body"]["max_tokens"] == 256
+    assert {r["temperature"] for r in server.requests} == {0.9}
+    assert server.requests[0]["max_tokens"] == 256
 
 
 def test_backend_generator_drives_a_real_tiny_transformers_model(pricing, tiny_model_dir):
