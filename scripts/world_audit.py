@@ -5,8 +5,8 @@
     python scripts/world_audit.py --set version=1                  # the regression control (fails, by design)
     python scripts/world_audit.py --json audit.json                # the table and the numbers as JSON
 
-The same as ``awarl data world-audit``. Exit status 1 when a check misses its bound. What each
-check measures: awarl.data.world_audit; the recorded table: docs/fidelity.md, World v2.
+Exit status 1 when a check misses its bound, 2 for a knob that cannot make a world. What each
+check measures: awarl.eval.world_audit; the recorded table: docs/fidelity.md, World v2.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from awarl.data.world_audit import audit_recipe
+from awarl.errors import AwarlError
+from awarl.eval.world_audit import audit_recipe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the audit as JSON here")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    config, audit = audit_recipe(args.recipe, seed=args.seed, sets=args.sets, split=args.split, seeds=args.seeds)
+    try:
+        config, audit = audit_recipe(args.recipe, seed=args.seed, sets=args.sets, split=args.split, seeds=args.seeds)
+    except AwarlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     print(f"world: version {config.version}, {config.persons} persons, seed {config.seed}; split {audit.split}: "
           f"{audit.questions} questions ({audit.answerable} answerable)\n")
     print(audit.table())

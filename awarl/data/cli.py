@@ -65,25 +65,6 @@ def prepare(
     )
 
 
-@app.command("world-audit")
-def world_audit(
-    recipe: Path = typer.Option(None, "--recipe", help="Demo recipe whose world: and rollout: sections to audit (default: the shipped demo_world.yaml)."),
-    seed: int = typer.Option(0, "--seed", help="World seed (the demo's --seed)."),
-    sets: list[str] = typer.Option([], "--set", help="World knob=value override, e.g. persons=300 (repeatable)."),
-    split: str = typer.Option("eval", "--split", help="Split to audit: sft, rl or eval."),
-    seeds: int = typer.Option(8, "--seeds", help="Rollout seeds the shape rule averages over."),
-) -> None:
-    """Check a synthetic world's preconditions without training (lookup table, shape rule, oracle = mean(u),
-    ceilings, namesake rank, held-out words in SFT text) on the real BM25 tool; print the table, exit 1 on a miss."""
-    from awarl.data.world_audit import AuditFailed, audit_recipe
-
-    config, audit = audit_recipe(recipe, seed=seed, sets=sets, split=split, seeds=seeds)
-    typer.echo(f"world: version {config.version}, {config.persons} persons, seed {config.seed}; split {audit.split}: "
-               f"{audit.questions} questions ({audit.answerable} answerable)\n\n{audit.table()}")
-    if not audit.ok:
-        raise AuditFailed(f"world audit: {', '.join(c.name for c in audit.checks if not c.ok)} miss their bound")
-
-
 @app.command("merge")
 def merge(
     dirs: list[Path] = typer.Argument(..., help="Prepared folders (each with records.jsonl and corpus.jsonl)."),

@@ -35,7 +35,7 @@ from functools import lru_cache
 from typing import Any
 
 from awarl.data.records import Passage, passage_id
-from awarl.data.world import (
+from awarl.data.world_facts import (
     COUNTRIES,
     JOBS,
     LANDMARKS,

@@ -1,4 +1,4 @@
-"""The preconditions of a world, checked without training (`scripts/world_audit.py`, `awarl data world-audit`).
+"""The preconditions of a world, checked without training (`scripts/world_audit.py`).
 
 A world is a fair test of AWA-RL only if nothing cheap solves its held-out split and its ceilings
 are what world.json says. Each check runs the real search tool: the BM25 index the pipeline
@@ -33,16 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from awarl.data.world import World, gold_conversation, gold_queries, record_id, write_world
-from awarl.errors import AwarlError
 from awarl.protocol import ABSTAIN_PHRASE
 
 _LINE = re.compile(r"^\[(\w+)\] [^:\n]+: (.*)$", re.MULTILINE)
 _LINK = re.compile(r"^(\w+) is a city in the country (\w+)\.$")
 _PERSON = re.compile(r" (?:was born in|lives in|visited) (\w+)\b")
-
-
-class AuditFailed(AwarlError):
-    """A world whose audit misses a bound (exit code 1)."""
 
 
 @dataclass(frozen=True)
@@ -311,4 +306,4 @@ def _coverage(world: World, held: list[Any], make_env: Any) -> list[Check]:
                   "held-out first-hop cities that SFT questions also go through")]
 
 
-__all__ = ["Audit", "AuditFailed", "Check", "OraclePoint", "audit_recipe", "audit_world", "oracle_frontier"]
+__all__ = ["Audit", "Check", "OraclePoint", "audit_recipe", "audit_world", "oracle_frontier"]

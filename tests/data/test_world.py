@@ -396,7 +396,7 @@ def test_v2_bad_knobs_name_the_knob(knob, value):
 
 # -- the audit ---------------------------------------------------------------------------------------------------
 def test_audit_of_a_small_v2_world(tmp_path):
-    from awarl.data.world_audit import audit_world
+    from awarl.eval.world_audit import audit_world
 
     world = generate_world(WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0))
     audit = audit_world(world, seeds=2, folder=tmp_path)
@@ -409,19 +409,20 @@ def test_audit_of_a_small_v2_world(tmp_path):
 
 
 def test_audit_of_world_v1_finds_what_the_issue_measured(tmp_path):
-    from awarl.data.world_audit import audit_world
+    from awarl.eval.world_audit import audit_world
 
     audit = audit_world(generate_world(WorldConfig(persons=120, seed=0)), seeds=1, folder=tmp_path)
     assert audit.check("lookup").value == 1.0 and audit.check("shape rule").value == 1.0  # memorisable, visible
     assert audit.check("mean(u)").value == 1.0 and not audit.ok
 
 
-def test_world_audit_command_exits_1_on_a_miss():
-    from typer.testing import CliRunner
+def test_world_audit_script_exits_1_on_a_miss_and_2_on_a_bad_knob(capsys):
+    import importlib.util
 
-    from awarl.cli import app
-
-    result = CliRunner().invoke(app, ["data", "world-audit", "--set", "version=1", "--set", "persons=60", "--seeds", "1"])
-    assert result.exit_code == 1 and "| shape rule | 1.000 |" in result.output, result.output
-    result = CliRunner().invoke(app, ["data", "world-audit", "--set", "persns=60"])
-    assert result.exit_code == 2 and "persns" in result.output
+    path = Path(__file__).resolve().parents[2] / "scripts" / "world_audit.py"
+    spec = importlib.util.spec_from_file_location("world_audit_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--set", "version=1", "--set", "persons=60", "--seeds", "1"]) == 1
+    assert "| shape rule | 1.000 | <= 0.75 | **no** |" in capsys.readouterr().out
+    assert script.main(["--set", "persns=60"]) == 2 and "persns" in capsys.readouterr().err
