@@ -51,10 +51,8 @@ FINAL_KEYS = ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall"
 def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path, overrides: list[str] | None = None) -> Path:
     """Train and evaluate one arm x seed (resuming); returns its folder. ``overrides``
     (``section.field=value``) change the recipe of the base and of every arm."""
-    from awarl.demo import Demo, DemoPaths, DemoRecipe, Display, run_demo
-    from awarl.eval.run import EvalConfig, run_eval
-    from awarl.train import grpo
-    from awarl.train.callbacks import MetricsLog, quiet_terminal
+    from awarl.demo import Demo, DemoPaths, DemoRecipe, Display, expected_refusal, outcome_rows, run_demo
+    from awarl.train.callbacks import quiet_terminal
     from awarl.train.config import apply_override
 
     base = out / f"base-seed{seed}"
@@ -63,26 +61,19 @@ def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path, overrides:
         return folder
     overrides = list(overrides or [])
     run_demo(base, seed=seed, recipe=recipe, until="p_i", progress=False, overrides=overrides)
-    loaded = DemoRecipe.load(recipe, seed=seed, overrides=overrides)
+    changes: dict[str, Any] = {}
     for key, value in {**ARMS[arm], "grpo.max_steps": steps}.items():
-        apply_override(loaded.train, f"{key}={json.dumps(value)}")
+        apply_override(changes, f"{key}={json.dumps(value)}")
     folder.mkdir(parents=True, exist_ok=True)
     with quiet_terminal(folder / "run.log") as terminal:
-        demo = Demo(DemoPaths(base), loaded, Display(terminal, enabled=False), quick=False, seed=seed)
-        config = demo.train_config()
-        config.output_dir = str(folder / "grpo")
-        resume = "latest" if any((folder / "grpo").glob("checkpoint-*/trainer_state.json")) else None
-        if not (folder / "grpo" / "final" / "config.json").exists():
-            grpo.main(config, resume=resume, output_dir=str(folder / "grpo"),
-                      extra_callbacks=[MetricsLog(folder / "metrics_log.jsonl")])
-        result = run_eval(EvalConfig(model=str(folder / "grpo" / "final"), data=demo.eval_records_with_p(),
-                                     out=folder / "eval", name=f"{arm} seed {seed}", rollout=demo.rollout,
-                                     corpus=demo.paths.corpus, temperature=0.0, seed=seed,
-                                     backend_options={"device": "cpu"}), progress=False)
-    from awarl.demo import expected_refusal, outcome_rows
-
+        demo = Demo(DemoPaths(base), DemoRecipe.load(recipe, seed=seed, overrides=overrides),
+                    Display(terminal, enabled=False), quick=False, seed=seed)
+        # the study's arms replace the demo's: every arm is the recipe's training sections plus its changes
+        demo.recipe.arms = {arm: changes}
+        config = demo.train_arm(arm, folder=folder / "grpo")
+        metrics = demo.evaluate(folder / "grpo" / "final", folder / "eval", f"{arm} seed {seed}")
     rows = outcome_rows(folder / "eval")
-    overall = result.metrics["overall"]
+    overall = metrics["overall"]
     summary = {"arm": arm, "seed": seed, "steps": steps, "overrides": ARMS[arm], "recipe_overrides": overrides,
                "final": {k: overall.get(k) for k in FINAL_KEYS},
                "expected_refusal": expected_refusal(rows, config.reward) if config.reward.kind == "awa" else None}
@@ -93,11 +84,14 @@ def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path, overrides:
 def _check_study(out: Path, recipe: Path, overrides: list[str]) -> None:
     """A study folder holds one recipe (file and ``--set`` overrides): its bases and finished arms
     are reused, so running it again with other settings is refused rather than mixed in. The
-    check is the demo's (`awarl.demo.check_settings`), on the recipe as every seed shares it."""
+    check is the demo's (`awarl.demo.check_settings`), on the recipe as every seed shares it
+    (without the demo's own ``arms:``: the study trains its own)."""
     from awarl.demo import DemoError, DemoRecipe, check_settings
 
+    loaded = DemoRecipe.load(recipe, seed=0, overrides=overrides)
+    loaded.arms = {}
     try:
-        check_settings(out / "study.json", DemoRecipe.load(recipe, seed=0, overrides=overrides))
+        check_settings(out / "study.json", loaded)
     except DemoError as exc:
         raise SystemExit(str(exc)) from None
 

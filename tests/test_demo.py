@@ -51,28 +51,36 @@ def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
     metrics = run_demo(out, recipe=recipe, progress=False)
     for rel in ("demo.json", "metrics.json", "report/report.md", "report/before_after.png", "report/refusal_by_p.png",
                 "report/refusal_vs_step.png", "report/reward_terms.png", "world/policy.yaml", "world/policy.tests.yaml",
-                "data/corpus.jsonl", "sft/final/rollout.json", "grpo/final/rollout.json", "demo.log"):
+                "data/corpus.jsonl", "sft/final/rollout.json", "grpo/awa/final/rollout.json",
+                "grpo/none/final/rollout.json", "grpo/none/metrics_log.jsonl", "demo.log"):
         assert (out / rel).exists(), rel
     saved = json.loads((out / "metrics.json").read_text())
     _all_finite(saved)
-    for run in ("before_rl", "after_rl"):
-        for key in ("precision", "accuracy", "ra_f1", "refusal_rate"):
-            assert 0.0 <= saved[run][key] <= 1.0
-    assert saved["grpo_steps"] == 4 and saved["capability"]["eval"]["k"] == 2
+    assert list(saved["arms"]) == ["awa", "none"]
+    assert [arm["reward"]["kind"] for arm in saved["arms"].values()] == ["awa", "none"]
+    for run in (saved["before_rl"], *(arm["after_rl"] for arm in saved["arms"].values())):
+        for key in ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall", "over_refusal"):
+            assert 0.0 <= run[key] <= 1.0
+    assert saved["arms"]["awa"]["expected_refusal"] is not None and saved["arms"]["none"]["expected_refusal"] is None
+    assert all(arm["grpo_steps"] == 4 and arm["refusal_by_p"] for arm in saved["arms"].values())
+    assert saved["capability"]["eval"]["k"] == 2 and saved["before_rl_refusal_by_p"]
     manifest = json.loads((out / "demo.json").read_text())
-    assert manifest["agent"] == "grpo/final" and manifest["sft_agent"] == "sft/final"
+    assert manifest["agent"] == "grpo/awa/final" and manifest["sft_agent"] == "sft/final"
+    assert manifest["agents"] == {"awa": "grpo/awa/final", "none": "grpo/none/final"}
     for key in ("world", "corpus", "policy", "policy_tests", "agent", "sft_agent"):
         assert (out / manifest[key]).exists() and not Path(manifest[key]).is_absolute()
     assert manifest["rollout"]["max_searches"] == 2
     report = (out / "report" / "report.md").read_text()
-    assert "before RL" in report and "after RL" in report and "penalty P_t" in report
+    assert "before RL" in report and "penalty P_t" in report and "What the reward buys" in report
+    assert "after RL: awa (reward `awa`)" in report and "after RL: none (reward `none`)" in report
+    assert "**awa − none**: precision" in report and "| before RL | " in report  # the refusal-by-p_i table
     # TRL's per-step dicts went to the log, not the terminal
     terminal = capfd.readouterr()
     assert "'loss'" not in terminal.out + terminal.err
     assert "'loss'" in (out / "demo.log").read_text() or "loss" in (out / "demo.log").read_text()
     # rerunning resumes: every stage is reused and the numbers are the same
     again = run_demo(out, recipe=recipe, progress=False)
-    assert again["before_rl"] == metrics["before_rl"] and again["after_rl"] == metrics["after_rl"]
+    assert again["before_rl"] == metrics["before_rl"] and again["arms"] == metrics["arms"]
 
 
 class _Killed(Exception):
@@ -212,6 +220,42 @@ def test_bad_warm_start_names_the_key(tmp_path, warm_start, message):
     with pytest.raises(DemoError, match=f"warm_start.*{message}|{message}"):
         DemoRecipe.load(path)
     assert DemoRecipe.load(DEFAULT_RECIPE).abstain_share == 0.3
+
+
+def test_arms_name_their_reward_and_change_only_reward_and_grpo(tmp_path):
+    from awarl.demo import DemoError
+
+    loaded = DemoRecipe.load(DEFAULT_RECIPE)
+    assert {name: arm["reward"]["kind"] for name, arm in loaded.arms.items()} == {"awa": "awa", "none": "none"}
+    assert loaded.arm_train("none")["reward"]["gamma"] == loaded.train["reward"]["gamma"]  # shared, kind replaced
+    assert loaded.arm_train("none")["reward"]["kind"] == "none" and loaded.train["reward"]["kind"] == "awa"
+    swapped = DemoRecipe.load(DEFAULT_RECIPE, overrides=["arms.none.reward.kind=static"])
+    assert swapped.arms["none"]["reward"]["kind"] == "static"
+    raw = yaml.safe_load(DEFAULT_RECIPE.read_text())
+    for arms, message in (({"awa": {"grpo": {"max_steps": 3}}}, "must name its reward kind"),
+                          ({"awa": {"reward": {"kind": "awa"}, "sft": {"args": {}}}}, r"reward and grpo only, not \['sft'\]"),
+                          ({"a/b": {"reward": {"kind": "awa"}}}, "not a folder name"), ([], "must map each arm")):
+        raw["arms"] = arms
+        (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
+        with pytest.raises(DemoError, match=message):
+            DemoRecipe.load(tmp_path / "r.yaml")
+    del raw["arms"]
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
+    assert DemoRecipe.load(tmp_path / "r.yaml").arms == {"awa": {"reward": {"kind": "awa"}}}
+
+
+def test_a_world_v2_demo_names_its_search_noise_inside_the_folder():
+    import io
+
+    from awarl.demo import Demo, DemoPaths, Display
+
+    def rollout(version):
+        loaded = DemoRecipe.load(DEFAULT_RECIPE, overrides=[f"world.version={version}"])
+        demo = Demo(DemoPaths(Path(".")), loaded, Display(io.StringIO(), enabled=False), quick=False, seed=0)
+        assert demo.train_config().rollout.world_noise == demo.rollout.world_noise  # one agent for every stage
+        return demo.rollout
+
+    assert rollout(2).world_noise == "world/noise.json" and rollout(1).world_noise is None
 
 
 def test_refusal_by_p_bins_by_value():

@@ -9,9 +9,10 @@ p_i and evaluation from their last finished question):
 3. ``sft``     — warm start on gold two-search trajectories made with the real search tool;
 4. ``p_i``     — capability of the SFT checkpoint: K sampled rollouts per question, on the RL split
    (the reward needs it) and on the held-out split (the calibration plot needs it);
-5. ``grpo``    — TRL GRPO with the search tool and the AWA reward;
-6. ``eval``    — greedy evaluation of the SFT ("before RL") and GRPO ("after RL") checkpoints on
-   the held-out questions (persons never seen in SFT or RL);
+5. ``grpo``    — TRL GRPO with the search tool, once per arm of the recipe's ``arms:`` (the AWA
+   reward and the accuracy-only ``none``), each from the same SFT checkpoint and p_i;
+6. ``eval``    — greedy evaluation of the SFT checkpoint ("before RL") and of every arm ("after
+   RL") on the held-out questions (persons never seen in SFT or RL), reported side by side;
 7. ``report``  — ``report.md``, ``metrics.json`` and the plots.
 
 Every stage runs under the recipe's one ``rollout:`` section (`RolloutSettings`), so p_i, training

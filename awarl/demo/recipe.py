@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from awarl.errors import ConfigError
 from awarl.resources import config_path
 
 DEFAULT_RECIPE = config_path("demo_world.yaml")
-DEMO_KEYS = ("world", "warm_start", "shape", "capability", "quick", "floors")
+DEMO_KEYS = ("world", "warm_start", "shape", "capability", "arms", "quick", "floors")
 """The recipe's own sections; every other section is a training recipe (`awarl.train.config.TrainConfig`)."""
 
 
@@ -33,6 +34,9 @@ class DemoRecipe:
     train: dict[str, Any]  # TrainConfig sections without paths (the demo fills them)
     floors: dict[str, float]
     source: str
+    arms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """GRPO arms, each trained from the same SFT checkpoint and p_i: name -> the training sections it
+    changes (at least ``reward: {kind: …}``). The first arm is the chatbot's agent."""
 
     @classmethod
     def load(cls, path: str | Path, *, quick: bool = False, seed: int = 0,
@@ -63,7 +67,41 @@ class DemoRecipe:
         floors = raw.get("floors") or {}
         floors = dict(floors.get("quick" if quick else "full") or {})
         return cls(world, _abstain_share(raw.get("warm_start") or {}, path), dict(raw.get("shape") or {}),
-                   int(capability.get("k", 8)), train, floors, str(path))
+                   int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path))
+
+    def arm_train(self, name: str) -> dict[str, Any]:
+        """The training sections of arm ``name``: the shared ones with the arm's on top."""
+        return merge(self.train, self.arms[name])
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` merged in, mapping by mapping (neither is changed)."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _arms(raw: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    """The recipe's ``arms:``; without one, a single arm of the recipe's own reward."""
+    arms = raw.get("arms")
+    if arms is None:
+        kind = (raw.get("reward") or {}).get("kind", "awa")
+        return {str(kind): {"reward": {"kind": kind}}}
+    example = "e.g. arms: {awa: {reward: {kind: awa}}, none: {reward: {kind: none}}}"
+    if not isinstance(arms, dict) or not arms:
+        raise DemoError(f"{path}: arms must map each arm's name to the training sections it changes ({example})")
+    for name, sections in arms.items():
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(name)):
+            raise DemoError(f"{path}: arms: {name!r} is not a folder name (letters, digits, _ . -)")
+        kind = (sections.get("reward") or {}).get("kind") if isinstance(sections, dict) else None
+        if kind is None:
+            raise DemoError(f"{path}: arms.{name} must name its reward kind (reward: {{kind: …}}), {example}")
+        unknown = sorted(set(sections) - {"reward", "grpo"})
+        if unknown:
+            raise DemoError(f"{path}: arms.{name} may change reward and grpo only, not {unknown}: every arm starts "
+                            "from the one SFT checkpoint and p_i and runs the one agent")
+    return {str(k): copy.deepcopy(v) for k, v in arms.items()}
 
 
 def _abstain_share(warm: Any, path: Path) -> float:
@@ -88,7 +126,7 @@ def settings(recipe: DemoRecipe) -> dict[str, Any]:
         return out
 
     raw = {"world": recipe.world, "warm_start": {"abstain_share": recipe.abstain_share}, "shape": recipe.shape,
-           "capability": {"k": recipe.k}, **recipe.train}
+           "capability": {"k": recipe.k}, "arms": recipe.arms, **recipe.train}
     return json.loads(json.dumps(flat("", raw, {}), default=str))
 
 

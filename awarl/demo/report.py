@@ -81,50 +81,64 @@ def capability_section(path: Path) -> dict[str, Any]:
     }
 
 
-def quality_checks(demo: Any, runs: dict[str, dict[str, Any]], expected: float | None) -> dict[str, Any]:
-    """The recipe's floors against this run; a miss is a loud warning."""
+def quality_checks(demo: Any, before: dict[str, Any], arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The recipe's floors against this run (the refusal gap for every arm with a training target); a miss
+    is a loud warning."""
     floors = demo.recipe.floors
     checks = {}
     if "sft_accuracy_answerable" in floors:
-        value = runs["sft"]["accuracy_answerable"]
+        value = before["accuracy_answerable"]
         checks["sft_accuracy_answerable"] = {"value": value, "floor": floors["sft_accuracy_answerable"],
                                              "passed": value >= floors["sft_accuracy_answerable"]}
-    if "refusal_gap" in floors and expected is not None:
-        gap = abs(runs["grpo"]["refusal_rate"] - expected)
-        checks["refusal_gap"] = {"value": gap, "floor": floors["refusal_gap"], "passed": gap <= floors["refusal_gap"],
-                                 "refusal_after": runs["grpo"]["refusal_rate"], "expected": expected}
+    for name, arm in arms.items():
+        expected = arm["expected_refusal"]
+        if "refusal_gap" in floors and expected is not None:
+            refusal = arm["after_rl"]["refusal_rate"]
+            gap = abs(refusal - expected)
+            checks[f"refusal_gap ({name})"] = {"value": gap, "floor": floors["refusal_gap"],
+                                               "passed": gap <= floors["refusal_gap"], "refusal_after": refusal,
+                                               "expected": expected}
     for name, check in checks.items():
         if not check["passed"]:
             demo.warn(f"quality floor missed: {name} = {check['value']:.3f} (floor {check['floor']}); see report.md")
     return checks
 
 
+REWARD_KEYS = ("kind", "gamma", "p_clip", "beta", "tau", "delta", "max_penalty", "cap_abstain", "r_correct", "r_wrong")
+
+
+def arm_section(demo: Any, name: str, result: dict[str, Any], before_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One arm's part of metrics.json: its reward, held-out numbers, training target and GRPO log."""
+    from awarl.train.callbacks import read_metrics_log
+
+    reward = demo.train_config(arm=name).reward
+    rows = outcome_rows(demo.paths.eval / name)
+    steps = read_metrics_log(demo.paths.arm(name) / "metrics_log.jsonl")
+    return {"reward": {k: getattr(reward, k) for k in REWARD_KEYS if hasattr(reward, k)},
+            "after_rl": run_summary(result, rows), "expected_refusal": expected_refusal(before_rows, reward),
+            "refusal_by_p": refusal_by_p(rows), "grpo_steps": len(steps), "grpo_last": last_window(steps),
+            "steps": steps}
+
+
 def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """metrics.json, report.md and the plots of a `awarl.demo.run.Demo`, from its run folders (so a
-    rerun rebuilds them)."""
+    rerun rebuilds them). ``results``: evaluation metrics keyed sft / arm name."""
     from awarl.demo.plots import write_plots
-    from awarl.train.callbacks import read_metrics_log
 
     p = demo.paths
     p.report.mkdir(parents=True, exist_ok=True)
-    config = demo.train_config()
-    rows = {name: outcome_rows(p.eval / name) for name in ("sft", "grpo")}
-    runs = {name: run_summary(results[name], rows[name]) for name in ("sft", "grpo")}
-    expected = expected_refusal(rows["sft"], config.reward)
-    steps = read_metrics_log(p.grpo_metrics)
-    checks = quality_checks(demo, runs, expected)
+    before_rows = outcome_rows(p.eval / "sft")
+    before = run_summary(results["sft"], before_rows)
+    arms = {name: arm_section(demo, name, results[name], before_rows) for name in demo.arms}
+    steps = {name: arm.pop("steps") for name, arm in arms.items()}
     metrics = {
         "mode": "quick" if demo.quick else "full", "seed": demo.seed, "world": world.stats(),
-        "warm_start_abstain_share": demo.recipe.abstain_share,
-        "rollout": config.rollout.to_dict(), "reward": {k: getattr(config.reward, k) for k in (
-            "kind", "gamma", "p_clip", "beta", "tau", "delta", "max_penalty", "cap_abstain")},
+        "warm_start_abstain_share": demo.recipe.abstain_share, "rollout": demo.rollout.to_dict(),
         "capability": {split: capability_section(p.p_file(split)) for split in ("rl", "eval")},
-        "before_rl": runs["sft"], "after_rl": runs["grpo"], "expected_refusal": expected,
-        "refusal_by_p": {"before_rl": refusal_by_p(rows["sft"]), "after_rl": refusal_by_p(rows["grpo"])},
-        "grpo_steps": len(steps), "grpo_last": last_window(steps), "checks": checks,
-        "timings_s": demo.timings, "warnings": demo.warnings,
+        "before_rl": before, "before_rl_refusal_by_p": refusal_by_p(before_rows), "arms": arms,
+        "checks": quality_checks(demo, before, arms), "timings_s": demo.timings, "warnings": demo.warnings,
     }
-    plots = write_plots(p.report, steps, runs, metrics["refusal_by_p"], expected, config.reward)
+    plots = write_plots(p.report, steps, metrics)
     metrics["plots"] = {k: str(v.relative_to(p.root)) for k, v in plots.items() if v is not None}
     check_finite(metrics)
     (p.root / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
@@ -156,17 +170,20 @@ def check_finite(value: Any, where: str = "metrics") -> None:
             check_finite(v, f"{where}[{i}]")
 
 
+HEADLINE = (("precision", "precision"), ("accuracy", "accuracy"), ("ra_f1", "RA-F1"), ("refusal_rate", "refusal rate"),
+            ("abstain_recall", "abstain-recall (unanswerable)"), ("over_refusal", "over-refusal (answerable)"))
+
+
 def headline(m: dict[str, Any]) -> list[str]:
-    """What the terminal prints at the end: the held-out table before and after RL."""
-    b, a = m["before_rl"], m["after_rl"]
-    exp = m["expected_refusal"]
-    lines = [f"  held-out ({b['n']} questions)      before RL   after RL",
-             *(f"  {label:<28} {b[key]:>9.2f} {a[key]:>10.2f}" for key, label in (
-                 ("precision", "precision"), ("accuracy", "accuracy"), ("ra_f1", "RA-F1"),
-                 ("refusal_rate", "refusal rate"), ("abstain_recall", "abstain-recall (unanswerable)"),
-                 ("over_refusal", "over-refusal (answerable)")) if b.get(key) is not None and a.get(key) is not None)]
-    if exp is not None:
-        lines.append(f"  expected refusal rate (AWA, from p_i): {exp:.2f}")
+    """What the terminal prints at the end: the held-out table, before RL and after RL per arm."""
+    runs = [("before RL", m["before_rl"])] + [(f"{name}", arm["after_rl"]) for name, arm in m["arms"].items()]
+    lines = [f"  held-out ({m['before_rl']['n']} questions)    " + "".join(f"{label:>11}" for label, _ in runs)]
+    for key, label in HEADLINE:
+        if all(r.get(key) is not None for _, r in runs):
+            lines.append(f"  {label:<30}" + "".join(f"{r[key]:>11.2f}" for _, r in runs))
+    for name, arm in m["arms"].items():
+        if arm["expected_refusal"] is not None:
+            lines.append(f"  training target of {name} (expected refusal from p_i): {arm['expected_refusal']:.2f}")
     return lines
 
 
@@ -174,14 +191,50 @@ def _fmt(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def _runs(m: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [("before RL (SFT checkpoint)", m["before_rl"])] + [
+        (f"after RL: {name} (reward `{arm['reward']['kind']}`)", arm["after_rl"]) for name, arm in m["arms"].items()]
+
+
 def _results_table(m: dict[str, Any]) -> list[str]:
     rows = [("precision", "precision"), ("accuracy", "accuracy"), ("RA-F1", "ra_f1"), ("refusal", "refusal_rate"),
             ("abstain-recall", "abstain_recall"), ("over-refusal", "over_refusal"),
             ("acc. answerable", "accuracy_answerable")]
-    table = ["| run | " + " | ".join(label for label, _ in rows) + " |", "|---" * (len(rows) + 1) + "|"]
-    for label, r in (("before RL (SFT checkpoint)", m["before_rl"]), ("after RL (GRPO, AWA reward)", m["after_rl"])):
-        table.append(f"| {label} | " + " | ".join(_fmt(r.get(key)) for _, key in rows) + " |")
+    table = ["| run | " + " | ".join(label for label, _ in rows) + " | expected refusal |",
+             "|---" * (len(rows) + 2) + "|"]
+    targets = [None] + [arm["expected_refusal"] for arm in m["arms"].values()]
+    for (label, r), target in zip(_runs(m), targets):
+        table.append(f"| {label} | " + " | ".join(_fmt(r.get(key)) for _, key in rows) + f" | {_fmt(target)} |")
     return table
+
+
+def _what_the_reward_buys(m: dict[str, Any]) -> list[str]:
+    """The first arm against each other arm, from the same SFT checkpoint and p_i: the differences."""
+    names = list(m["arms"])
+    if len(names) < 2:
+        return []
+    first = m["arms"][names[0]]["after_rl"]
+    lines = []
+    for other in names[1:]:
+        r = m["arms"][other]["after_rl"]
+        diffs = ", ".join(f"{label} {first[key] - r[key]:+.3f}" for key, label in HEADLINE
+                          if first.get(key) is not None and r.get(key) is not None)
+        lines.append(f"- **{names[0]} − {other}**: {diffs}")
+    return ["What the reward buys: the arms differ only in their reward (the same SFT checkpoint, p_i, steps and "
+            "seed). Held-out differences:", "", *lines, ""]
+
+
+def _refusal_by_p_table(m: dict[str, Any]) -> list[str]:
+    runs = [("before RL", m["before_rl_refusal_by_p"])] + [(n, a["refusal_by_p"]) for n, a in m["arms"].items()]
+    ps = sorted({q["p"] for _, pts in runs for q in pts})
+    if not ps:
+        return []
+    lines = ["| run | " + " | ".join(f"p = {p:g}" for p in ps) + " |", "|---" * (len(ps) + 1) + "|"]
+    for label, pts in runs:
+        by = {q["p"]: q for q in pts}
+        lines.append(f"| {label} | " + " | ".join(f"{by[p]['refusal']:.2f} (n={by[p]['n']})" if p in by else "–"
+                                                    for p in ps) + " |")
+    return lines + [""]
 
 
 def _capability_table(cap: dict[str, dict[str, Any]]) -> list[str]:
@@ -193,31 +246,33 @@ def _capability_table(cap: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
+def _grpo_lines(m: dict[str, Any]) -> list[str]:
+    return [f"- **{name}** (reward `{arm['reward']['kind']}`): {arm['grpo_steps']} logged optimizer steps; mean of the "
+            "last 10: " + ", ".join(f"{k} {v:.3f}" for k, v in arm["grpo_last"].items()) for name, arm in m["arms"].items()]
+
+
 def report_markdown(m: dict[str, Any]) -> str:
     """report.md from the metrics."""
-    last = m["grpo_last"]
     lines = [
         f"# awarl demo report ({m['mode']}, seed {m['seed']})", "",
-        "AWA-RL on a synthetic world, trained and evaluated on this machine's CPU. Held-out questions are about "
-        "persons never seen in SFT or RL; "
+        "GRPO arms that differ only in their reward, trained from one SFT checkpoint and its p_i and evaluated on this "
+        "machine's CPU, on a synthetic world. Held-out questions are about persons never seen in SFT or RL; "
         f"{m['world']['eval']['unanswerable']} of {m['world']['eval']['questions']} cannot be answered from the "
-        "corpus (the city's country passage is absent), so abstaining is right there. The SFT warm start saw "
-        "gold two-search conversations of other persons; on "
+        "corpus, so abstaining is right there. The SFT warm start saw gold conversations of other persons; on "
         f"{1 - m.get('warm_start_abstain_share', 1.0):.0%} of its unanswerable ones the gold reply guesses from an "
         "irrelevant passage instead of abstaining (`warm_start.abstain_share` in the recipe), as instruction data "
         "that never says \"I don't know\" would teach.", "",
-        "## Held-out evaluation (greedy)", "", *_results_table(m), "",
-        f"Expected refusal rate under the AWA reward (gamma {m['reward']['gamma']}, p_clip {m['reward']['p_clip']}), "
-        f"from the SFT checkpoint's p_i on these questions: **{_fmt(m['expected_refusal'])}**.", "",
-        "What each column means:", "",
+        "## Held-out evaluation (greedy)", "", *_results_table(m), "", *_what_the_reward_buys(m),
+        "The expected refusal rate is an AWA arm's training target: the share of these questions where refusing is "
+        "the better bet under its reward, from the SFT checkpoint's p_i. What each column means:", "",
         *(f"- **{k}**: {v}" for k, v in COLUMNS.items()), "",
+        "### Refusal by p_i (held-out questions, binned by the SFT checkpoint's p_i value)", "",
+        *_refusal_by_p_table(m),
         "## Capability p_i of the SFT checkpoint", "",
         f"K = {m['capability']['rl']['k']} sampled rollouts per question at temperature 1, same rollout settings as "
         "training and evaluation.", "",
         *_capability_table(m["capability"]), "",
-        "## GRPO", "",
-        f"{m['grpo_steps']} logged optimizer steps. Mean of the last 10: "
-        + ", ".join(f"{k} {v:.3f}" for k, v in last.items()) + ".", "",
+        "## GRPO", "", *_grpo_lines(m), "",
         "The **penalty P_t** is the AWA reward's dynamic correction, subtracted from the abstain reward: it turns "
         "positive when the batch refuses more than the expected rate and negative when it refuses less. It is not "
         "precision (correct / answered), which is an evaluation metric.", "",

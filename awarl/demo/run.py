@@ -40,7 +40,6 @@ class DemoPaths:
         self.eval, self.report, self.log = r / "eval", r / "report", r / "demo.log"
         self.corpus = self.data / "corpus.jsonl"
         self.trajectories = self.data / "sft_trajectories.jsonl"
-        self.grpo_metrics = self.grpo / "metrics_log.jsonl"
         self.timings = r / "timings.json"
         self.settings = r / "recipe.json"
 
@@ -49,6 +48,10 @@ class DemoPaths:
 
     def p_file(self, split: str) -> Path:
         return self.capability / f"{split}.jsonl"
+
+    def arm(self, name: str) -> Path:
+        """GRPO of one arm: its checkpoints, ``final`` and ``metrics_log.jsonl``."""
+        return self.grpo / name
 
 
 class Display:
@@ -141,19 +144,37 @@ class Demo:
 
     # ---- settings ----
     @property
+    def arms(self) -> list[str]:
+        """The GRPO arms, in the recipe's order (the first is the chatbot's agent)."""
+        return list(self.recipe.arms)
+
+    @property
     def rollout(self):
         from awarl.agent.settings import RolloutSettings
 
-        return RolloutSettings.from_dict(self.recipe.train.get("rollout") or {}, f"{self.recipe.source}: rollout")
+        return RolloutSettings.from_dict(self._rollout_section(), f"{self.recipe.source}: rollout")
 
-    def train_config(self, records: str = "rl"):
+    def _rollout_section(self) -> dict[str, Any]:
+        """The recipe's rollout section; a world v2's search noise (``world/noise.json``) filled in."""
+        section = dict(self.recipe.train.get("rollout") or {})
+        if int(self.recipe.world.get("version", 1)) >= 2 and not section.get("world_noise"):
+            from awarl.data.world_noise import NOISE_FILE
+
+            section["world_noise"] = str(self.paths.world / NOISE_FILE)
+        return section
+
+    def train_config(self, records: str = "rl", arm: str | None = None, changes: dict[str, Any] | None = None):
         """The training recipe with the demo's paths filled in (SFT then GRPO from SFT's output);
-        ``records`` is the split trained on (sft for the SFT stage, rl for GRPO)."""
+        ``records`` is the split trained on (sft for the SFT stage, rl for GRPO); ``arm`` (default the
+        first) picks the arm's sections, and ``changes`` go on top of them."""
+        from awarl.demo.recipe import merge
         from awarl.train.config import TrainConfig
 
-        raw = copy.deepcopy(self.recipe.train)
+        arm = arm or self.arms[0]
+        raw = merge(self.recipe.arm_train(arm) if arm in self.recipe.arms else self.recipe.train, changes or {})
         p = self.paths
-        raw["output_dir"] = str(p.grpo)
+        raw["output_dir"] = str(p.arm(arm))
+        raw["rollout"] = self._rollout_section()
         raw["model"] = {**(raw.get("model") or {}), "path": str(p.sft / "final")}
         raw["data"] = {**(raw.get("data") or {}), "records": str(p.records(records)), "corpus": str(p.corpus),
                        "capability": str(p.p_file("rl"))}
@@ -275,17 +296,28 @@ class Demo:
         self.display.done("p_i: estimated on the RL and held-out splits")
 
     def grpo_stage(self) -> None:
+        for arm in self.arms:
+            if (self.paths.arm(arm) / "final" / "config.json").exists():
+                self.display.done(f"grpo ({arm}): reused")
+                continue
+            with self.timed(f"grpo ({arm})"):
+                config = self.train_arm(arm)
+            self.display.done(f"grpo ({arm}, reward {config.reward.kind}): {config.grpo.get('max_steps')} steps "
+                              f"({generation_batches(config)} generation batches of {prompts_per_batch(config)} "
+                              f"prompts x {config.grpo.get('num_generations')})")
+
+    def train_arm(self, arm: str, changes: dict[str, Any] | None = None, folder: Path | None = None):
+        """GRPO from the SFT checkpoint and p_i under arm ``arm``'s recipe (with ``changes`` on top), into
+        ``folder`` (default ``grpo/<arm>``), resuming from its last checkpoint; returns its TrainConfig."""
         from awarl.train import grpo
         from awarl.train.callbacks import MetricsLog
 
-        final = self.paths.grpo / "final"
-        if (final / "config.json").exists():
-            self.display.done("grpo: reused")
-            return
-        config = self.train_config()
+        config = self.train_config(arm=arm, changes=changes)
+        folder = folder or self.paths.arm(arm)
+        config.output_dir = str(folder)
         steps = int(config.grpo.get("max_steps", 0))
-        resume = latest_checkpoint(self.paths.grpo)
-        self.display.start("grpo", steps, f"resuming from {resume.name}" if resume else "")
+        resume = latest_checkpoint(folder)
+        self.display.start(f"grpo ({arm})", steps, f"resuming from {resume.name}" if resume else "")
 
         def on_log(step: int, total: int, row: dict[str, Any]) -> None:
             info = " ".join(f"{label} {row[key]:.2f}" for key, label in (
@@ -293,27 +325,32 @@ class Demo:
                 ("awa/accuracy", "acc")) if isinstance(row.get(key), (int, float)))
             self.display.update(completed=step, info=info)
 
-        with self.timed("grpo"):
-            grpo.main(config, resume=str(resume) if resume else None, extra_callbacks=[MetricsLog(self.paths.grpo_metrics, on_log)])
-        self.display.done(f"grpo: {steps} steps ({generation_batches(config)} generation batches of "
-                          f"{prompts_per_batch(config)} prompts x {config.grpo.get('num_generations')})")
+        grpo.main(config, resume=str(resume) if resume else None, output_dir=str(folder),
+                  extra_callbacks=[MetricsLog(folder / "metrics_log.jsonl", on_log)])
+        return config
 
-    def eval_stage(self) -> dict[str, Any]:
+    def evaluate(self, model: Path, out: Path, label: str) -> dict[str, Any]:
+        """Greedy evaluation of ``model`` on the held-out records (with the SFT checkpoint's p_i), resumable;
+        returns the run's metrics."""
         from awarl.eval.run import EvalConfig, run_eval
 
         data = self.eval_records_with_p()
         n = sum(1 for _ in data.open(encoding="utf-8"))
+        self.display.start(f"eval ({label})", n, "greedy")
+        config = EvalConfig(model=str(model), data=data, out=out, name=label, rollout=self.rollout,
+                            corpus=self.paths.corpus, temperature=0.0, seed=self.seed, backend_options={"device": "cpu"})
+        with follow_lines(out / "trajectories.jsonl", self.display, n):
+            return run_eval(config, progress=False).metrics
+
+    def eval_stage(self) -> dict[str, Any]:
+        """The SFT checkpoint ("before RL") and every arm on the held-out questions, keyed sft / arm name."""
         results = {}
-        for name, label in (("sft", "before RL"), ("grpo", "after RL")):
-            out = self.paths.eval / name
-            self.display.start(f"eval ({label})", n, "greedy")
-            config = EvalConfig(model=str(getattr(self.paths, name) / "final"), data=data, out=out, name=label,
-                                rollout=self.rollout, corpus=self.paths.corpus, temperature=0.0, seed=self.seed,
-                                backend_options={"device": "cpu"})
-            with self.timed("eval"), follow_lines(out / "trajectories.jsonl", self.display, n):
-                result = run_eval(config, progress=False)
-            results[name] = result.metrics
-            o = result.metrics["overall"]
+        runs = [("sft", self.paths.sft / "final", "before RL")]
+        runs += [(arm, self.paths.arm(arm) / "final", f"after RL ({arm})") for arm in self.arms]
+        for name, model, label in runs:
+            with self.timed("eval"):
+                results[name] = self.evaluate(model, self.paths.eval / name, label)
+            o = results[name]["overall"]
             self.display.print(f"  {label}: precision {o['precision']:.2f}, accuracy {o['accuracy']:.2f}, "
                                f"RA-F1 {o['ra_f1']:.2f}, refusal {o['refusal_rate']:.2f}")
             unparsable = o.get("no_parsable_answer", 0) / max(o["n"], 1)
@@ -321,7 +358,7 @@ class Demo:
                 self.warn(f"{label}: {unparsable:.0%} of held-out replies have no parsable <answer>; the checkpoint "
                           f"did not learn the protocol. Raise sft.args.max_steps in the recipe, or check "
                           f"rollout.max_completion_tokens (see {self.paths.shown / 'demo.log'}).")
-        self.display.done("eval: before and after RL on held-out questions")
+        self.display.done(f"eval: before RL and after RL ({', '.join(self.arms)}) on held-out questions")
         return results
 
     def eval_records_with_p(self) -> Path:
@@ -350,7 +387,8 @@ class Demo:
             "corpus": str(p.corpus.relative_to(p.root)),
             "policy": "world/policy.yaml",
             "policy_tests": "world/policy.tests.yaml",
-            "agent": rel(p.grpo / "final"),
+            "agent": rel(p.arm(self.arms[0]) / "final"),
+            "agents": {arm: rel(p.arm(arm) / "final") for arm in self.arms},
             "sft_agent": rel(p.sft / "final"),
             "rollout": self.rollout.to_dict(),
         }
