@@ -10,9 +10,10 @@
 3. `env_factory` — ``SearchEnv`` instances over the run's retriever, with the recipe's rollout settings;
 4. `build_rewards` — `awarl.rewards.build_reward_funcs`, the stateful answer/abstain reward first;
 5. `grpo_args` — TRL ``GRPOConfig`` from the recipe's ``grpo`` section plus awarl's defaults;
-6. the trainer, with the penalty-state and summary callbacks; the penalty is frozen while TRL
-   evaluates on the held-out split; `resume_checkpoint` restores the penalty state before TRL
-   restores weights, optimizer, RNG and data position;
+6. the trainer, with the penalty-state, summary and collapse-warning callbacks (and, with
+   ``reward.adaptive_p``, the forced-answer probe of `awarl.train.probe`); the penalty is frozen while
+   TRL evaluates on the held-out split; `resume_checkpoint` restores the penalty state (and the adaptive
+   p_i ratchet) before TRL restores weights, optimizer, RNG and data position;
 7. the final model saved with its tokenizer, chat template and the resolved recipe
    (``awarl_recipe.yaml``, ``rollout.json``), so it is evaluated and served as it was trained.
 """
