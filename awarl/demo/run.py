@@ -3,7 +3,6 @@ resumable, under one progress display."""
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import shutil
