@@ -1,10 +1,11 @@
 """The package's layers, checked on the source: no import runs from a lower layer up to a higher one,
-and no import circle remains (function-level imports included — a circle hidden in a function is
-still a circle).
+no import circle remains (function-level imports included — a circle hidden in a function is
+still a circle), and every package sits on its measured floor: one layer above the highest
+package it imports, no higher (README "Layout").
 
-From the ground up (docs/architecture in README "Layout"):
-protocol, config_fields, cli_errors and data → search, llm → agent → rewards, capability, eval →
-train, demo → verify, chat → cli.
+From the ground up:
+0 protocol, errors, resources, cli_errors, progress → 1 config_fields, data, llm → 2 search, verify →
+3 agent → 4 rewards, eval, capability, chat → 5 integrations → 6 train → 7 demo → 8 cli.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "awarl"
 
 LAYERS = {
-    "awarl": 0, "awarl.errors": 0, "awarl.resources": 0, "awarl.protocol": 0, "awarl.config_fields": 0,
-    "awarl.cli_errors": 0, "awarl.data": 0,
-    "awarl.search": 1, "awarl.llm": 1,
-    "awarl.agent": 2,
-    "awarl.rewards": 3, "awarl.capability": 3, "awarl.eval": 3, "awarl.integrations": 3,
-    "awarl.train": 4, "awarl.demo": 4,
-    "awarl.verify": 5, "awarl.chat": 5,
-    "awarl.cli": 6,
+    "awarl": 0, "awarl.protocol": 0, "awarl.errors": 0, "awarl.resources": 0, "awarl.cli_errors": 0,
+    "awarl.progress": 0,
+    "awarl.config_fields": 1, "awarl.data": 1, "awarl.llm": 1,
+    "awarl.search": 2, "awarl.verify": 2,
+    "awarl.agent": 3,
+    "awarl.rewards": 4, "awarl.eval": 4, "awarl.capability": 4, "awarl.chat": 4,
+    "awarl.integrations": 5,
+    "awarl.train": 6,
+    "awarl.demo": 7,
+    "awarl.cli": 8,
 }
 # The world generator writes a verifier policy as YAML text; it must not need the verifier to do so.
 EXCEPTIONS: set[tuple[str, str]] = set()
@@ -86,6 +89,28 @@ def test_no_import_runs_up_the_layers():
             if _layer(target) > _layer(module) and (module, target) not in EXCEPTIONS:
                 upward.append(f"{module} (layer {_layer(module)}) imports {target} (layer {_layer(target)})")
     assert not upward, "\n".join(sorted(upward))
+
+
+def _unit(module: str) -> str:
+    """The LAYERS key a module belongs to."""
+    parts = module.split(".")
+    return next(".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in LAYERS)
+
+
+def test_every_package_sits_on_its_measured_floor():
+    """A package one layer above the highest package it imports (packages of one layer may import
+    each other), so the ranking says what each really needs: a package ranked above its floor hides
+    that it could be used lower down."""
+    needs: dict[str, set[str]] = {}
+    for module, targets in _graph().items():
+        needs.setdefault(_unit(module), set()).update(_unit(t) for t in targets)
+    wrong = []
+    for unit, deps in sorted(needs.items()):
+        below = [LAYERS[d] for d in deps if d != unit and LAYERS[d] < LAYERS[unit]]
+        floor = max(below) + 1 if below else 0
+        if LAYERS[unit] != floor:
+            wrong.append(f"{unit} is at layer {LAYERS[unit]}, its imports put it at {floor}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_ground_floor_imports_nothing_above_it():
