@@ -6,8 +6,6 @@ from pathlib import Path
 
 import typer
 
-from awarl.cli_errors import fail
-
 
 def export_dataset_command(
     source: Path = typer.Argument(..., help="A p_i table (`awarl capability estimate` JSONL) or an `awarl eval run` "
@@ -17,14 +15,10 @@ def export_dataset_command(
 ) -> None:
     """Write SOURCE as a Hugging Face dataset: parquet in the hub's layout, save_to_disk output, and a dataset card
     with its provenance (checkpoint, K, temperature, rollout settings). Upload it with
-    `huggingface-cli upload --repo-type dataset you/name OUT` (awarl never uploads)."""
-    from awarl.data.records import DataError
+    `hf upload --repo-type dataset you/name OUT` (awarl never uploads)."""
     from awarl.integrations.hub import convert, save_hub_dataset
 
-    try:
-        ds = convert(source)
-        folder = save_hub_dataset(ds, out, name)
-    except DataError as exc:
-        fail(exc)
+    ds = convert(source)  # bad input is a DataError naming the file, line and field (exit 1, one error: line)
+    folder = save_hub_dataset(ds, out, name)
     typer.echo(f"{len(ds.rows)} rows ({ds.kind}, split {ds.split}) -> {folder} "
                f"(load_dataset({str(folder)!r}) or load_from_disk({str(folder / 'arrow')!r}))")

@@ -36,6 +36,8 @@ CARD_KEY = "awarl"
 METRICS = (("ra_f1", "RA-F1"), ("precision", "Precision"), ("accuracy", "Accuracy"), ("refusal_rate", "Refusal rate"))
 """The metrics of a model-index entry: (metrics.json key, name shown on the hub)."""
 
+_OWN_COLUMNS = ("p", "capability")
+
 _CAPABILITY_STATS = ("k", "correct", "wrong", "abstain", "unparsable", "em", "f1", "searches", "completion_tokens")
 
 
@@ -67,7 +69,9 @@ def _question_columns(record: QARecord, rollout: RolloutSettings) -> dict[str, A
         "answerable": record.answerable,
         "supporting": list(record.supporting),
         "passages": list(record.passages),
-        "meta": json.dumps(record.meta, ensure_ascii=False, sort_keys=True),  # free-form: one JSON string
+        # Free-form, so one JSON string; p and the capability block have columns and the card of their own.
+        "meta": json.dumps({k: v for k, v in record.meta.items() if k not in _OWN_COLUMNS}, ensure_ascii=False,
+                           sort_keys=True),
     }
 
 

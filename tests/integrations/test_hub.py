@@ -73,6 +73,8 @@ def test_capability_table_becomes_a_training_dataset(scripted_agent, world_eval_
     assert ds["id"] == [r["id"] for r in rows] and ds["p"] == [r["p"] for r in rows]
     assert set(ds["p"]) == {0.0, 1.0}  # the scripted agent is deterministic: all or none of K right
     assert {"prompt", "answers", "answerable", "supporting", "rollouts_correct"} <= set(ds.column_names)
+    assert ds["rollouts_correct"] == [r["capability"]["correct"] for r in rows]
+    assert all("capability" not in json.loads(meta) for meta in ds["meta"])  # the card holds the provenance
     meta = DatasetCard.load(out / "README.md").data.to_dict()
     assert meta["pretty_name"] == "world p_i"
     prov = meta["awarl"]
