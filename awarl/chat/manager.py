@@ -470,12 +470,12 @@ class ThreadManager:
             t.state = State.ERROR
             t.note("error", message=t.error)
         t.status = Status.COMPLETED if t.state is State.COMPLETED else Status.ERROR
-        self._unsaved[t.id] = t
         try:
             self._finish(t)
         except (StorageDown, sqlite3.Error, OSError) as audit_exc:
             log.error("thread %s: its exit could not be audited now (%s); the head catches up at the next start",
                       t.id, audit_exc)
+        self._unsaved[t.id] = t  # shown from here on: its audit line is written first
 
     def _finish(self, t: Thread) -> None:
         """Audit the exit and queue a review for it; each at most once per thread."""

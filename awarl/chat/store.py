@@ -198,7 +198,8 @@ class Store:
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite has already rolled back after some errors (a full disk)
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
 

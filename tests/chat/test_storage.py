@@ -53,7 +53,7 @@ def test_a_locked_database_ends_the_thread_in_error_then_it_is_saved_when_the_lo
         assert health["unsaved_threads"] == [t["id"]]
         assert [x["exit"] for x in exits(m)] == ["ERROR"]  # audited once, while the database was locked
         blocker.execute("ROLLBACK")
-        for _ in range(100):
+        for _ in range(400):  # the sweeper saves it within a period once the lock is gone
             if m.store.thread_json(t["id"])["status"] == "ERROR":
                 break
             time.sleep(0.05)
