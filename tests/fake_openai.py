@@ -9,6 +9,9 @@ shapes: ``GET /v1/models`` and ``POST /v1/chat/completions``. What it answers is
 - a list of strings: one choice per string, each an assistant message with that content;
 - a `Reply`: any status, body, headers and delay (errors, malformed bodies, slow answers).
 
+A request with ``stream: true`` gets a 200 answer as the real API streams it: server-sent
+``chat.completion.chunk`` events (the message, the finish reason, the usage) and ``data: [DONE]``.
+
 Like the real endpoint it refuses a malformed request with 400 before ``reply`` sees it (another
 model than the served one, no messages, a tool result answering no call, arguments that are not a
 JSON string). It records every request body (``requests``) and path (``paths``), counts requests in
@@ -91,12 +94,15 @@ class FakeOpenAI:
                     "finish_reason": "tool_calls" if m.get("tool_calls") else "stop"} for i, m in enumerate(messages)]
         prompt_tokens = sum(len(str(m.get("content") or "").split()) + 4 for m in body["messages"])
         completion_tokens = sum(len(json.dumps(m).split()) for m in messages)
-        return Reply(200, {
+        completion = {
             "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model"), "choices": choices,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
-        })
+        }
+        if body.get("stream"):
+            return Reply(200, stream_events(completion), {"Content-Type": "text/event-stream"})
+        return Reply(200, completion)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
@@ -112,10 +118,11 @@ class FakeOpenAI:
                 data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
                 try:
                     self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", reply.headers.get("Content-Type", "application/json"))
                     self.send_header("Content-Length", str(len(data)))
                     for key, value in reply.headers.items():
-                        self.send_header(key, value)
+                        if key != "Content-Type":
+                            self.send_header(key, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
@@ -154,6 +161,24 @@ class FakeOpenAI:
                         outer.in_flight -= 1
 
         return Handler
+
+
+def stream_events(completion: dict[str, Any]) -> bytes:
+    """A chat.completion as the server-sent events that stream it: per choice its message, then its
+    finish reason; then the usage; then ``[DONE]``."""
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    events = []
+    for choice in completion["choices"]:
+        message = choice["message"]
+        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+        events.append({**head, "choices": [{"index": choice["index"], "delta": delta, "logprobs": None,
+                                            "finish_reason": None}]})
+        events.append({**head, "choices": [{"index": choice["index"], "delta": {}, "logprobs": None,
+                                            "finish_reason": choice["finish_reason"]}]})
+    events.append({**head, "choices": [], "usage": completion["usage"]})
+    return ("".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n").encode()
 
 
 def check_request(body: dict[str, Any], model: str | None) -> str | None:

@@ -170,23 +170,24 @@ def dataset_card(ds: HubDataset, name: str) -> str:
                   "the searches made and the whole trajectory (`messages`).", "",
                   "| | RA-F1 | precision | accuracy | refusal |", "|---|---|---|---|---|"]
         for label, m in [*prov["metrics"]["per_dataset"].items(), ("macro average", prov["metrics"]["macro"])]:
-            lines.append(f"| {label} | " + " | ".join(_fmt(m.get(k)) for k in ("ra_f1", "precision", "accuracy",
+            lines.append(f"| {label} | " + " | ".join(cell(m.get(k)) for k in ("ra_f1", "precision", "accuracy",
                                                                                "refusal_rate")) + " |")
         lines.append("")
     lines += ["## Rollout settings", "", "| setting | value |", "|---|---|"]
-    lines += [f"| {k} | {_fmt(v)} |" for k, v in rollout.items() if k != "system_prompt"]
+    lines += [f"| {k} | {cell(v)} |" for k, v in rollout.items() if k != "system_prompt"]
     lines += ["", f"An answer of `{rollout['refusal_phrases'][0]}` (or another refusal phrase above) is an "
               "abstention. Written by `awarl export-dataset` from "
               f"`{Path(ds.source).name}`; the metadata key `{CARD_KEY}` holds all of this.", ""]
     return DatasetCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)).content
 
 
-def _fmt(value: Any) -> str:
+def cell(value: Any) -> str:
+    """A value as a Markdown table cell (dataset and model cards): 4 decimals, lists as code spans."""
     if isinstance(value, float):
         return f"{value:.4f}"
     if isinstance(value, (list, tuple)):
         return ", ".join(f"`{v}`" for v in value)
-    return "" if value is None else str(value).replace("|", "\\|")
+    return "n/a" if value is None else str(value).replace("|", "\\|")
 
 
 def save_hub_dataset(ds: HubDataset, out: str | Path, name: str | None = None) -> Path:

@@ -188,7 +188,7 @@ def model_card(name: str, base_model: str | None, settings: list[str], *, reward
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    from awarl.integrations.hub import METRICS, model_index
+    from awarl.integrations.hub import METRICS, cell, model_index
 
     on_hub = bool(base_model) and _HUB_ID.match(base_model) is not None and not Path(base_model).exists()
     phrases = list((rollout or {}).get("refusal_phrases") or [ABSTAIN_PHRASE])
@@ -225,7 +225,7 @@ def model_card(name: str, base_model: str | None, settings: list[str], *, reward
                   + " | abstain-recall |", "|---|---|" + "---|" * (len(METRICS) + 1)]
         for run in eval_runs:
             for dataset, m in (run.get("per_dataset") or {}).items():
-                cells = [_cell(m.get(key)) for key, _ in METRICS] + [_cell(m.get("abstain_recall"))]
+                cells = [cell(m.get(key)) for key, _ in METRICS] + [cell(m.get("abstain_recall"))]
                 lines.append(f"| {run.get('name')} | {dataset} | " + " | ".join(cells) + " |")
         lines += ["", "RA-F1 = 2PA / (P + A) with precision P = correct / answered and accuracy A = correct / "
                   "all (awarl's scorer, exact match unless the rollout metric says f1).", ""]
@@ -237,7 +237,7 @@ def model_card(name: str, base_model: str | None, settings: list[str], *, reward
         for title, values in (("Reward", reward), ("Rollout", rollout)):
             if values:
                 lines += [f"{title} settings:", "", "| setting | value |", "|---|---|"]
-                lines += [f"| {k} | {_cell(v)} |" for k, v in values.items()
+                lines += [f"| {k} | {cell(v)} |" for k, v in values.items()
                           if k != "system_prompt" and not isinstance(v, dict)]
                 lines.append("")
     lines += ["### Framework versions", ""]
@@ -246,14 +246,6 @@ def model_card(name: str, base_model: str | None, settings: list[str], *, reward
     lines += ["", "## Citations", "", "Cite GRPO as:", "", "```bibtex", _GRPO_CITATION, "```", "",
               "Cite TRL as:", "", "```bibtex", _TRL_CITATION, "```", ""]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)).content
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(f"`{v}`" for v in value)
-    return "n/a" if value is None else str(value).replace("|", "\\|")
 
 
 def _version(dist: str) -> str:
