@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
 import re
 import sqlite3
