@@ -142,7 +142,6 @@ def tiny_world_sft_model_dir(tiny_world_model_dir, test_world) -> Path:
                          lambda d: warm_start_on_world(tiny_world_model_dir, d, test_world))
 
 
-
 def _load_fake_openai():
     """tests/fake_openai.py as a module (the tests run in importlib mode: no package imports)."""
     import importlib.util

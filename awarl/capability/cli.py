@@ -31,6 +31,7 @@ def estimate_command(
     temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (GRPO samples at 1.0)."),
     shard: str = typer.Option(None, "--shard", help="i/n: estimate every n-th record from i; writes OUT.shard{i}of{n}.jsonl."),
     concurrency: int = typer.Option(64, "--concurrency", help="Rollouts in flight at once."),
+    chunk: int = typer.Option(None, "--chunk", help="Queries per chunk, the unit of resume (default: 4 x concurrency / k)."),
     seed: int = typer.Option(0, "--seed", help="Run seed: rollout k of query q samples from a stream seeded by (seed, q, k)."),
     trajectories: Path = typer.Option(None, "--trajectories", help="Also write every rollout's trajectory (JSONL)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
@@ -48,7 +49,7 @@ def estimate_command(
     try:
         config = CapabilityConfig(
             model=model, data=data, out=out, rollout=rollout, k=k, temperature=temperature, shard=parse_shard(shard),
-            max_concurrent=concurrency, seed=seed, trajectories=trajectories, backend_options=backend_options,
+            max_concurrent=concurrency, chunk=chunk, seed=seed, trajectories=trajectories, backend_options=backend_options,
             **retrieval,
         )
         result = estimate(config, progress=not no_progress)
