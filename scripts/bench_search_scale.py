@@ -45,7 +45,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from awarl.search.postings import BLOCK_FILE  # noqa: E402
 
 VOCAB_SIZE = 3_000_000
 ZIPF_S = 1.7
@@ -243,14 +242,6 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
           flush=True)
     query_sets = {kind: sample_queries(corpus, n, args.queries, kind) for kind in ("question", "uniform")}
     queries = query_sets["question"]
-    blocks_added_s = None
-    if not (out / "bm25s" / BLOCK_FILE).exists():  # an index built before block bounds: add them
-        from awarl.search.postings import add_block_bounds
-
-        t0 = time.perf_counter()
-        add_block_bounds(out)
-        blocks_added_s = time.perf_counter() - t0
-        print(f"  block bounds added to the reused index in {blocks_added_s:.1f}s", flush=True)
     anon0, file0 = memory_mb()
     index = BM25Index.load(out)
     vocab = len(index.postings.vocab)
@@ -259,7 +250,7 @@ def bench_size(n: int, args: argparse.Namespace, rows: list[dict]) -> None:
     row = {"n": n, "vocab": vocab, "build_s": built["seconds"], "build_peak_anon_mb": built["peak_anon_mb"],
            "build_peak_rss_mb": built["peak_rss_mb"], "disk_mb": disk_mb(out), "load_anon_mb": anon1 - anon0,
            "load_file_mb": file1 - file0, "corpus_mb": corpus.stat().st_size / 2**20,
-           "blocks_mb": sum(p.stat().st_size for p in (out / "bm25s").glob("blockmax*")) / 2**20, "blocks_added_s": blocks_added_s}
+           "blocks_mb": sum(p.stat().st_size for p in (out / "bm25s").glob("blockmax*")) / 2**20}
     tokenizer = index.tokenizer
     blocks = index.postings.blocks
 

@@ -109,7 +109,7 @@ class RolloutSettings:
 
     def budget_warning(self) -> str | None:
         """A warning when search results alone may overflow the token budget (the rollout then ends
-        before the model sees them, as a quickstart once did for 43 of 50 questions)."""
+        before the model sees them)."""
         need = self.tool_tokens_estimate()
         if need > self.max_completion_tokens:
             return (f"rollout settings: {self.max_searches} searches x {self.topk} passages x "
@@ -176,24 +176,18 @@ def load_rollout(folder: str | Path) -> RolloutSettings:
                       f"not say which rollout settings it was trained with (pass them explicitly)")
 
 
-_MOVED = {
-    ("data", "scope"): "rollout.scope",
-    ("data", "system_prompt"): "rollout.system_prompt",
-    ("reward", "outcome"): "rollout.metric",
-    ("reward", "refusal_phrases"): "rollout.refusal_phrases",
+_SET_FROM_ROLLOUT = {
     ("grpo", "max_completion_length"): "rollout.max_completion_tokens",
     ("grpo", "max_tool_calling_iterations"): "rollout.max_searches",
 }
+"""TRL fields the rollout settings set: a recipe that sets them in its pass-through ``grpo:`` section
+would give training another agent than p_i and evaluation."""
 
 
 def check_recipe_layout(raw: dict[str, Any], where: str) -> None:
-    """Refuse a recipe that declares part of the agent outside its ``rollout:`` section (the old layout,
-    or a TRL field that the rollout settings set), naming the new place: otherwise one stage would read
-    it and another would not."""
-    if "env" in raw:
-        raise ConfigError(f"{where}: the 'env' section is now 'rollout' (topk, passage_words instead of "
-                          f"max_passage_words, max_searches), shared by p_i, training and evaluation")
-    for (section, key), new in _MOVED.items():
+    """Refuse a recipe that sets a TRL field the rollout settings set (`_SET_FROM_ROLLOUT`), naming
+    the ``rollout:`` field to set instead: otherwise one stage would read it and another would not."""
+    for (section, key), new in _SET_FROM_ROLLOUT.items():
         if isinstance(raw.get(section), dict) and key in raw[section]:
             raise ConfigError(f"{where}: {section}.{key} is set from {new} (one definition of the agent for p_i, "
                               f"training and evaluation): remove it from {section} and set {new}")

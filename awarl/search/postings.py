@@ -146,7 +146,7 @@ class Postings:
         # and stored, so opening a large index does not read every score).
         self.score_min = _score_min(self.data) if score_min is None else float(score_min)
         self.nonnegative = self.score_min >= 0
-        self.blocks = blocks  # None: an index built before block bounds, searched without them (still exact)
+        self.blocks = blocks  # None: searched without block bounds (still exact)
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -234,7 +234,7 @@ class Postings:
     @classmethod
     def load(cls, folder: Path, mmap: bool = True) -> "Postings":
         mode = "r" if mmap else None
-        for name in (DATA_FILE, INDICES_FILE, INDPTR_FILE, VOCAB_FILE, PARAMS_FILE):
+        for name in (DATA_FILE, INDICES_FILE, INDPTR_FILE, VOCAB_FILE, PARAMS_FILE, TERM_MAX_FILE):
             if not (folder / name).exists():
                 raise DataError(folder / name, "-", "missing index file (rebuild the index with `awarl index build`)")
         data, indices, indptr = (load_array(folder / name, mode) for name in (DATA_FILE, INDICES_FILE, INDPTR_FILE))
@@ -244,10 +244,7 @@ class Postings:
         if not isinstance(num_docs, int) or len(data) != len(indices) or int(indptr[-1]) != len(data) or len(indptr) != len(vocab) + 1:
             raise DataError(folder, "-", "score arrays, vocabulary and params.index.json disagree; the index is damaged, rebuild it")
         nonocc = load_array(folder / NONOCC_FILE, mode) if (folder / NONOCC_FILE).exists() else None
-        if (folder / TERM_MAX_FILE).exists():
-            term_max = load_array(folder / TERM_MAX_FILE, mode)
-        else:  # an index built before awarl stored the bounds: compute them once (one pass over data)
-            term_max = _term_max(np.asarray(data), np.asarray(indptr))
+        term_max = load_array(folder / TERM_MAX_FILE, mode)
         champions = None
         if all((folder / name).exists() for name in (CHAMP_PTR_FILE, CHAMP_ROWS_FILE, CHAMP_DATA_FILE)):
             champions = tuple(load_array(folder / name, mode) for name in (CHAMP_PTR_FILE, CHAMP_ROWS_FILE, CHAMP_DATA_FILE))
@@ -271,13 +268,11 @@ class BlockBounds:
         self.rows_of, self.bound, self.rel, self.base = (np.asarray(a) for a in (rows_of, bound, rel, base))
 
     @classmethod
-    def load(cls, folder: Path, mode: str | None, vocab_size: int, num_docs: int) -> "BlockBounds | None":
-        present = [(folder / name).exists() for name in cls.FILES]
-        if not any(present):
-            return None  # built before block bounds: searched without them
-        if not all(present):
-            raise DataError(folder / BLOCK_FILE, "-", "block bound files incomplete; the index is damaged, rebuild it with "
-                            "`awarl index build` (or add them with awarl.search.postings.add_block_bounds)")
+    def load(cls, folder: Path, mode: str | None, vocab_size: int, num_docs: int) -> "BlockBounds":
+        missing = [name for name in cls.FILES if not (folder / name).exists()]
+        if missing:
+            raise DataError(folder / missing[0], "-", "missing block bound file; the index is damaged, rebuild it with "
+                            "`awarl index build`")
         meta = _read_object(folder / BLOCK_META_FILE)
         rows, span = meta.get("block"), meta.get("span")
         arrays = [load_array(folder / name, mode) for name in cls.FILES[1:]]
@@ -351,18 +346,6 @@ def build_block_bounds(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray
         (folder / BLOCK_META_FILE).write_text(json.dumps({"block": rows, "span": span}), encoding="utf-8")
         return BlockBounds.load(folder, "r", len(lengths), num_docs)
     return BlockBounds(rows, span, num_docs, rows_of, out[BLOCK_FILE], out[BLOCK_REL_FILE], out[BLOCK_BASE_FILE])
-
-
-def add_block_bounds(folder: str | Path) -> None:
-    """Add block bounds to the score arrays of an index built before them (``folder`` is the
-    index folder or its ``bm25s`` subfolder): one pass over the frequent terms' lists, much
-    cheaper than a rebuild. Not for an index a server has open (`awarl index build` replaces
-    whole folders atomically; this writes into one)."""
-    folder = Path(folder)
-    if (folder / "bm25s" / DATA_FILE).exists():
-        folder = folder / "bm25s"
-    p = Postings.load(folder, mmap=True)
-    build_block_bounds(p.data, p.indices, p.indptr, p.num_docs, p.term_max, folder=folder)
 
 
 def load_array(path: Path, mode: str | None = "r") -> np.ndarray:

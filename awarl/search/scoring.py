@@ -2,8 +2,7 @@
 
 Both return the same rows and the same float32 scores, ties broken by lower row first:
 
-- `top_k_exhaustive` (the scorer awarl used first, kept as the reference and the benchmark's
-  baseline) adds every query term's posting list into a score array as long as the corpus, then
+- `top_k_exhaustive` (the reference and the benchmark's baseline) adds every query term's posting list into a score array as long as the corpus, then
   partitions it. Its cost grows with the corpus: about 80 ms per query at 21M passages before any
   term is scored.
 - `top_k_maxscore` (the default) touches only the query terms' postings and prunes with
@@ -22,10 +21,10 @@ Both return the same rows and the same float32 scores, ties broken by lower row 
   term's largest score in every block of 8 rows) the long terms' bounds are summed for every
   block at once, and blocks are scored exactly, best bound first, in rounds; the k-th best
   score found so far prunes every block whose bound is below it (block-max pruning, as in
-  Ding & Suel's block-max WAND, but over row ranges so the bounds add up as arrays). Without
-  block bounds (an index built before them, or bm25l / bm25+, where rows outside every list
-  score too) the old path stays: when the candidates would exceed 1/8 of the corpus, one pass
-  over a score array, with theta replacing the corpus-wide partition.
+  Ding & Suel's block-max WAND, but over row ranges so the bounds add up as arrays). For bm25l
+  and bm25+, where rows outside every list score too, block bounds do not bound a row's score:
+  when the candidates would exceed 1/8 of the corpus, one pass over a score array, with theta
+  replacing the corpus-wide partition.
 
 Bounds are float64 and every pruning test carries a relative margin far above the float32
 rounding of a sum of a few hundred terms, so rounding can never prune a true top-k passage.

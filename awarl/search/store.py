@@ -7,7 +7,7 @@ id lookup table: ``passages.idhash.npy`` (a 64-bit hash of every id, sorted) wit
 ``passages.idrow.npy`` (the row of each). An id is found by binary search over the hashes and
 confirmed against the start of its line, so a 21M-passage store opens in milliseconds and every
 server worker shares the same pages instead of building its own id dictionary (about 100 bytes
-per passage). Folders written before the table existed hold ``passages.ids.json`` and still load.
+per passage).
 
 `PassageWriter` writes a store one passage at a time, so building never holds the corpus.
 """

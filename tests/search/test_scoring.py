@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from awarl.data.records import Passage
 from awarl.search.bm25 import BM25Index, BM25Settings
-from awarl.search.postings import BLOCK_FILE, BlockBounds, add_block_bounds, build_block_bounds, build_champions
+from awarl.search.postings import BLOCK_FILE, build_block_bounds, build_champions
 from awarl.search import scoring
 from awarl.search.scoring import best_of, score_all, score_rows, top_k_exhaustive, top_k_maxscore
 
@@ -214,29 +214,6 @@ def _frequent_corpus(n: int = 3000) -> list[str]:
     rng = np.random.default_rng(3)
     vocab = [f"w{i:03d}x" for i in range(60)]
     return [" ".join(rng.choice(vocab, size=rng.integers(5, 30))) for _ in range(n)]
-
-
-def test_an_index_without_block_bounds_loads_and_finds_the_same(tmp_path):
-    """An index saved before block bounds existed (no blockmax files) opens, searches without
-    them, and returns what a current index returns; adding them later restores the same arrays."""
-    from awarl.search.index import load_index
-
-    docs = _frequent_corpus()
-    index = _index(docs)
-    assert index.postings.blocks is not None
-    folder = index.save(tmp_path / "idx")
-    queries = ["w001x w002x w003x w004x", "w010x w020x w030x", "w005x", "w059x w001x w001x"]
-    want = index.search(queries, 10)
-    for name in BlockBounds.FILES:
-        (folder / "bm25s" / name).unlink()
-    old = load_index(folder)
-    assert old.postings.blocks is None
-    assert old.search(queries, 10) == want
-    add_block_bounds(folder)
-    new = load_index(folder)
-    assert new.postings.blocks is not None and new.search(queries, 10) == want
-    assert np.array_equal(new.postings.blocks.bound, index.postings.blocks.bound)
-    assert np.array_equal(new.postings.blocks.rel, index.postings.blocks.rel)
 
 
 def test_incomplete_block_bounds_are_refused_naming_the_rebuild(tmp_path):

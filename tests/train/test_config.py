@@ -67,9 +67,7 @@ def test_overrides_and_errors_name_the_field():
     ("model.path=''", "model.path is empty"),
     ("grpo.max_completion_length=128", "set from rollout.max_completion_tokens"),
     ("grpo.max_tool_calling_iterations=3", "set from rollout.max_searches"),
-    ("reward.outcome=f1", "reward.outcome is set from rollout.metric"),
-    ("env.topk=3", "'env' section is now 'rollout'"),
-    ("data.scope=closed", "data.scope is set from rollout.scope"),
+    ("data.scope=closed", "data: unknown field(s) 'scope'"),
     ("logging.summary=maybe", "logging.summary: expected true or false"),
 ])
 def test_every_field_is_type_checked_by_the_one_validation_path(override, message):
@@ -80,18 +78,15 @@ def test_every_field_is_type_checked_by_the_one_validation_path(override, messag
     assert result.exit_code == 2 and "Traceback" not in result.output and message.split(":")[0] in result.output
 
 
-def test_the_rollout_commands_refuse_an_old_layout_recipe(tmp_path):
-    """`capability estimate --config` / `eval run --config` read only the rollout section; an agent setting
-    left elsewhere would be silently ignored there, so it is refused."""
+def test_the_rollout_commands_refuse_a_trl_field_the_rollout_sets(tmp_path):
+    """`capability estimate --config` / `eval run --config` read only the rollout section; a TRL field that
+    the rollout settings set, left in grpo:, would train another agent than they measure, so it is refused."""
     from awarl.agent.options import recipe_rollout
 
-    old = tmp_path / "old.yaml"
-    old.write_text("env:\n  topk: 2\nrollout:\n  topk: 3\n")
-    with pytest.raises(ConfigError, match="'env' section is now 'rollout'"):
-        recipe_rollout(old)
-    old.write_text("grpo:\n  max_completion_length: 128\n")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("grpo:\n  max_completion_length: 128\n")
     with pytest.raises(ConfigError, match="grpo.max_completion_length is set from rollout.max_completion_tokens"):
-        recipe_rollout(old)
+        recipe_rollout(recipe)
 
 
 def test_pass_through_fields_are_type_checked_against_trl():
