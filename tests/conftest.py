@@ -171,3 +171,27 @@ def openai_server():
     yield start
     for server in servers:
         server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def lock_holder():
+    """``with lock_holder(out, folder=False) as pid``: another process holds `awarl.agent.stage.OutputLock`
+    on ``out`` (a second writer) until the block ends."""
+    import contextlib
+    import subprocess
+    import sys
+
+    @contextlib.contextmanager
+    def hold(out: Path, folder: bool = False):
+        code = ("import sys; from pathlib import Path; from awarl.agent.stage import OutputLock\n"
+                "with OutputLock(Path(sys.argv[1]), folder=sys.argv[2] == 'folder'):\n"
+                "    print('held', flush=True); sys.stdin.read()")
+        holder = subprocess.Popen([sys.executable, "-c", code, str(out), "folder" if folder else "file"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            yield holder.pid
+        finally:
+            holder.communicate("")
+
+    return hold

@@ -159,23 +159,13 @@ def test_a_resumed_estimate_equals_an_uninterrupted_one(world_records, backend, 
     assert len({tuple(t["final_text"] for t in trajectories if t["record_id"] == i) for i in {t["record_id"] for t in trajectories}}) > 1
 
 
-def test_a_second_run_on_one_output_is_refused_naming_the_holder(prepared, tiny_sft_model_dir, tmp_path):
-    import subprocess
-    import sys
-
+def test_a_second_run_on_one_output_is_refused_naming_the_holder(prepared, tiny_sft_model_dir, tmp_path, lock_holder):
     out = tmp_path / "p.jsonl"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from awarl.agent.stage import OutputLock\n"
-         "with OutputLock(Path(sys.argv[1])):\n    print('held', flush=True); sys.stdin.read()", str(out)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with lock_holder(out) as pid:
         res = CliRunner().invoke(app, ["capability", "estimate", "--model", str(tiny_sft_model_dir), "--data",
                                        str(prepared), "--out", str(out), "--k", "2", "--no-progress"])
-    finally:
-        holder.communicate("")
     assert res.exit_code == 1
-    assert res.output.strip().splitlines()[-1] == (f"error: {out}: another run (pid {holder.pid}) is writing here; "
+    assert res.output.strip().splitlines()[-1] == (f"error: {out}: another run (pid {pid}) is writing here; "
                                                    "wait for it to finish or write to another --out")
     assert not out.exists()
     from awarl.agent.stage import OutputLock

@@ -60,22 +60,12 @@ def test_finished_questions_pin_the_rollout_settings(data, tmp_path):
     assert (again.evaluated, again.skipped) == (0, 3)
 
 
-def test_a_second_run_on_one_folder_is_refused_naming_the_holder(data, tmp_path):
-    import subprocess
-    import sys
-
+def test_a_second_run_on_one_folder_is_refused_naming_the_holder(data, tmp_path, lock_holder):
     out = tmp_path / "run"
     out.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from awarl.agent.stage import OutputLock\n"
-         "with OutputLock(Path(sys.argv[1]), folder=True):\n    print('held', flush=True); sys.stdin.read()", str(out)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(DataError, match=rf"^{out}: another run \(pid {holder.pid}\) is writing here; wait for it "
+    with lock_holder(out, folder=True) as pid:
+        with pytest.raises(DataError, match=rf"^{out}: another run \(pid {pid}\) is writing here; wait for it "
                                             "to finish or write to another --out$"):
             run_eval(EvalConfig(model="scripted", data=data, out=out), backend=AnswerParis(), progress=False)
-    finally:
-        holder.communicate("")
     assert not (out / "trajectories.jsonl").exists()
     assert run_eval(EvalConfig(model="scripted", data=data, out=out), backend=AnswerParis(), progress=False).evaluated == 3
