@@ -6,7 +6,8 @@
 Modules: `thread` (the thread and its states), `parser` (DECISION replies), `prompts` (+ the
 ``prompts/`` templates), `generate` (the agent through the rollout runner; a scripted generator),
 `validate` (one check of one answer), `loop` (the state machine), `store` (SQLite), `audit`
-(hash-chained JSON lines), `manager` (workers, locking, recovery, reviews), `config`, `app`
-(FastAPI + the web UI in ``static/``), `cli`. Importing this package imports neither torch nor
+(keyed hash-chained JSON lines), `manager` (workers, locking, recovery, reviews), `errors` (what can go
+wrong, without HTTP), `auth` (tokens and the Host check), `config`, `app` (FastAPI: routes, the one
+error -> status table, the web UI in ``static/``), `cli`. Importing this package imports neither torch nor
 FastAPI.
 """

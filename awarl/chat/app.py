@@ -33,13 +33,31 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from awarl.chat.auth import Auth, AuthError, Principal
+from awarl.chat.auth import Auth, Principal
 from awarl.chat.config import ChatSettings
-from awarl.chat.manager import UNSET, ChatError, ThreadManager
+from awarl.chat.errors import (BadInput, ChatError, Conflict, Forbidden, Invalid, NotAuthenticated, NotFound,
+                               Unavailable)
+from awarl.chat.manager import UNSET, ThreadManager
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1_000_000
+
+STATUS: dict[type[ChatError], int] = {
+    BadInput: 400,
+    NotAuthenticated: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    Invalid: 422,
+    Unavailable: 503,
+}
+"""The one map from the chat's errors (`awarl.chat.errors`) to HTTP statuses."""
+
+
+def _chat_response(exc: ChatError) -> JSONResponse:
+    status = next(code for kind, code in STATUS.items() if isinstance(exc, kind))
+    return _error(status, exc.code, exc.message, exc.details)
 
 
 def _strings(value: Any) -> Any:
@@ -116,10 +134,10 @@ class Guard:
             declared = headers.get(b"content-length")
             if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
                 if not declared.isdigit():
-                    raise AuthError(400, "bad_content_length", "Content-Length is not a number")
+                    raise BadInput("bad_content_length", "Content-Length is not a number")
                 raise _TooLarge
-        except AuthError as exc:
-            return await _send(send, _error(exc.status, exc.code, exc.message))
+        except ChatError as exc:
+            return await _send(send, _chat_response(exc))
         except _TooLarge:
             return await _send(send, _too_large(self.max_body))
         seen = 0
@@ -175,11 +193,7 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
 
     @app.exception_handler(ChatError)
     async def _chat_error(request: Request, exc: ChatError) -> JSONResponse:
-        return _error(exc.status, exc.code, exc.message, exc.details)
-
-    @app.exception_handler(AuthError)
-    async def _auth_error(request: Request, exc: AuthError) -> JSONResponse:
-        return _error(exc.status, exc.code, exc.message)
+        return _chat_response(exc)
 
     @app.exception_handler(sqlite3.Error)
     async def _db_down(request: Request, exc: sqlite3.Error) -> JSONResponse:
@@ -239,9 +253,9 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
     def threads(limit: int = 50, status: str | None = None, principal: Principal = Depends(who)) -> dict[str, Any]:
         auth.require_staff(principal)
         if not 1 <= limit <= 1000:
-            raise ChatError(422, "bad_limit", f"limit must be in [1, 1000], got {limit}")
+            raise Invalid("bad_limit", f"limit must be in [1, 1000], got {limit}")
         if status is not None and status not in ("PROCESSING", "AWAITING_INPUT", "COMPLETED", "ERROR"):
-            raise ChatError(422, "bad_status", f"unknown status {status!r}")
+            raise Invalid("bad_status", f"unknown status {status!r}")
         return {"threads": manager.store.list_threads(limit, status)}
 
     @app.post("/api/thread/{thread_id}/answer", summary="Answer (or skip) the thread's clarifying questions")

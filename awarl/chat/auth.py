@@ -29,16 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from awarl.chat.config import ChatSettings
+from awarl.chat.errors import BadInput, Forbidden, NotAuthenticated
 
 log = logging.getLogger(__name__)
-
-
-class AuthError(Exception):
-    """A request without the credential it needs (401) or with one that does not allow it (403)."""
-
-    def __init__(self, status: int, code: str, message: str):
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
 
 
 @dataclass(frozen=True)
@@ -116,14 +109,14 @@ class Auth:
     # -- the Host header ---------------------------------------------------------------------------
     def check_host(self, host: str | None) -> None:
         if not host:
-            raise AuthError(400, "missing_host", "the request has no Host header")
+            raise BadInput("missing_host", "the request has no Host header")
         name = host.strip().lower()
         if name.startswith("["):  # [::1]:8080
             name = name[1:].split("]", 1)[0]
         elif name.count(":") == 1:
             name = name.split(":", 1)[0]
         if name not in self.allowed_hosts:
-            raise AuthError(403, "host_not_allowed", f"Host {host!r} is not served here (allowed_hosts: "
+            raise Forbidden("host_not_allowed", f"Host {host!r} is not served here (allowed_hosts: "
                             f"{', '.join(sorted(self.allowed_hosts))}); this guards against DNS rebinding")
 
     # -- credentials -------------------------------------------------------------------------------
@@ -134,27 +127,27 @@ class Auth:
         scheme, _, token = authorization.partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
-            raise AuthError(401, "bad_authorization", "Authorization must be 'Bearer <token>'")
+            raise NotAuthenticated("bad_authorization", "Authorization must be 'Bearer <token>'")
         if hmac.compare_digest(token.encode(), self.admin_token.encode()):
             return Principal("admin", "admin")
         for name, expected in self.reviewers.items():
             if hmac.compare_digest(token.encode(), expected.encode()):
                 return Principal("reviewer", name)
-        raise AuthError(403, "bad_token", "the token is neither the admin token nor a reviewer's")
+        raise Forbidden("bad_token", "the token is neither the admin token nor a reviewer's")
 
     def require_admin(self, who: Principal) -> None:
         if who.role != "admin":
-            raise AuthError(401 if who.role == "anonymous" else 403, "admin_required",
+            raise (NotAuthenticated if who.role == "anonymous" else Forbidden)("admin_required",
                             "this needs the admin token (Authorization: Bearer <token>; it is in <db>.admin-token)")
 
     def require_staff(self, who: Principal) -> None:
         if not who.staff:
-            raise AuthError(401, "reviewer_required", "this needs a reviewer's or the admin token")
+            raise NotAuthenticated("reviewer_required", "this needs a reviewer's or the admin token")
 
     def require_any(self, who: Principal) -> None:
         """Beyond loopback every route needs a token; on loopback the open routes stay open."""
         if not self.loopback and not who.staff:
-            raise AuthError(401, "token_required", "this server is bound beyond loopback: every request needs a token")
+            raise NotAuthenticated("token_required", "this server is bound beyond loopback: every request needs a token")
 
     def require_thread(self, who: Principal, stored_hash: str | None, capability: str | None) -> None:
         """Reading or answering a thread: staff, or its capability token (needed beyond loopback)."""
@@ -163,7 +156,7 @@ class Auth:
         if capability and stored_hash and hmac.compare_digest(token_hash(capability), stored_hash):
             return
         if capability:
-            raise AuthError(403, "bad_thread_token", "the X-Thread-Token does not belong to this thread")
+            raise Forbidden("bad_thread_token", "the X-Thread-Token does not belong to this thread")
         if not self.loopback:
-            raise AuthError(401, "thread_token_required", "this server is bound beyond loopback: reading a thread "
+            raise NotAuthenticated("thread_token_required", "this server is bound beyond loopback: reading a thread "
                             "needs the token POST /api/chat returned (X-Thread-Token)")

@@ -26,6 +26,7 @@ from typing import Any
 
 from awarl.chat.audit import AuditLog, HeadNotMoved, load_or_create_key
 from awarl.chat.config import ChatSettings
+from awarl.chat.errors import ChatError, Conflict, Forbidden, Invalid, NotFound, Unavailable
 from awarl.chat.generate import AgentGenerator, ChatGenerator, GeneratorDown, rollout_of, with_retries
 from awarl.chat.loop import Loop, LoopSettings
 from awarl.chat.prompts import Prompts
@@ -38,14 +39,6 @@ log = logging.getLogger(__name__)
 UNSET: Any = object()
 MAX_PROMPT_CHARS = 8000
 MAX_ANSWER_CHARS = 16000
-
-
-class ChatError(Exception):
-    """An API-level error: HTTP status, a stable code, a message and details."""
-
-    def __init__(self, status: int, code: str, message: str, details: Any = None):
-        super().__init__(message)
-        self.status, self.code, self.message, self.details = status, code, message, details
 
 
 class LazyGenerator:
@@ -185,16 +178,16 @@ class ThreadManager:
 
     def submit(self, prompt: str, answer: str | None = None, *, token_hash: str | None = None) -> Thread:
         if not prompt or not prompt.strip():
-            raise ChatError(422, "empty_prompt", "prompt is empty")
+            raise Invalid("empty_prompt", "prompt is empty")
         if len(prompt) > MAX_PROMPT_CHARS:
-            raise ChatError(422, "prompt_too_long", f"prompt has {len(prompt)} characters; at most {MAX_PROMPT_CHARS}")
+            raise Invalid("prompt_too_long", f"prompt has {len(prompt)} characters; at most {MAX_PROMPT_CHARS}")
         if answer is not None and not answer.strip():
-            raise ChatError(422, "empty_answer", "answer is empty; leave it out to let the agent answer")
+            raise Invalid("empty_answer", "answer is empty; leave it out to let the agent answer")
         if answer is not None and len(answer) > MAX_ANSWER_CHARS:
-            raise ChatError(422, "answer_too_long", f"answer has {len(answer)} characters; at most {MAX_ANSWER_CHARS}")
+            raise Invalid("answer_too_long", f"answer has {len(answer)} characters; at most {MAX_ANSWER_CHARS}")
         generator = self.runtime["generator"]
         if answer is None and not generator:
-            raise ChatError(503, "no_generator", "Validate-only mode: no agent is loaded, so questions cannot be answered. "
+            raise Unavailable("no_generator", "Validate-only mode: no agent is loaded, so questions cannot be answered. "
                             "Send the answer to check with the prompt ({\"prompt\": ..., \"answer\": ...}), or build the "
                             "world agent with `awarl demo --out runs/demo` and restart `awarl chat serve` "
                             "(or serve any checkpoint with --config configs/chat/<name>.yaml).",
@@ -224,23 +217,23 @@ class ThreadManager:
             return json.dumps(unsaved.to_dict(), ensure_ascii=False)
         raw = self.store.thread_raw(thread_id)
         if raw is None:
-            raise ChatError(404, "thread_not_found", f"no thread {thread_id!r}")
+            raise NotFound("thread_not_found", f"no thread {thread_id!r}")
         return raw
 
     def answer(self, thread_id: str, answers: list[str | None], skipped: bool, reason: str | None = None) -> Thread:
         with self._lock_for(thread_id):
             t = self.store.load_thread(thread_id)
             if t is None:
-                raise ChatError(404, "thread_not_found", f"no thread {thread_id!r}")
+                raise NotFound("thread_not_found", f"no thread {thread_id!r}")
             if t.status is not Status.AWAITING_INPUT:
-                raise ChatError(409, "not_awaiting_input", f"thread {thread_id} is {t.status.value}, not waiting for answers",
+                raise Conflict("not_awaiting_input", f"thread {thread_id} is {t.status.value}, not waiting for answers",
                                 {"status": t.status.value})
             if not skipped and len(answers) > len(t.pending_questions):
-                raise ChatError(422, "too_many_answers",
+                raise Invalid("too_many_answers",
                                 f"{len(answers)} answers for {len(t.pending_questions)} question(s)",
                                 {"questions": t.pending_questions})
             if not skipped and not any(a and a.strip() for a in answers):
-                raise ChatError(422, "no_answers", "no answer given; send skipped: true to skip the questions")
+                raise Invalid("no_answers", "no answer given; send skipped: true to skip the questions")
             why = reason or ("skipped" if skipped else "answered")
             for i, q in enumerate(t.pending_questions):
                 a = None if skipped or i >= len(answers) else answers[i]
@@ -286,12 +279,12 @@ class ThreadManager:
 
     def set_config(self, generator: Any = UNSET, policy: str | None = None, max_iterations: int | None = None) -> dict[str, Any]:
         if policy is not None and policy not in self.settings.policies:
-            raise ChatError(404, "policy_not_found", f"no policy named {policy!r}", {"policies": sorted(self.settings.policies)})
+            raise NotFound("policy_not_found", f"no policy named {policy!r}", {"policies": sorted(self.settings.policies)})
         if max_iterations is not None and not 0 <= max_iterations <= 20:
-            raise ChatError(422, "bad_max_iterations", f"max_iterations must be in [0, 20], got {max_iterations}")
+            raise Invalid("bad_max_iterations", f"max_iterations must be in [0, 20], got {max_iterations}")
         if generator is not UNSET and generator is not None and generator not in self.allowed_generators():
             # Never a spec a client invents: a URL would receive every later prompt, a path would be loaded.
-            raise ChatError(403, "generator_not_allowed", f"generator {generator!r} is not on this server's allow-list "
+            raise Forbidden("generator_not_allowed", f"generator {generator!r} is not on this server's allow-list "
                             "(the config's generator and generators)", {"allowed": sorted(self.allowed_generators())})
         if policy is not None:
             self._policy_version(policy)
@@ -325,10 +318,10 @@ class ThreadManager:
         from awarl.verify.translate import PatternTranslator
 
         if name not in self.settings.policies:
-            raise ChatError(404, "policy_not_found", f"no policy named {name!r}", {"policies": sorted(self.settings.policies)})
+            raise NotFound("policy_not_found", f"no policy named {name!r}", {"policies": sorted(self.settings.policies)})
         path = default_tests_path(self.settings.policies[name])
         if not path.exists():
-            raise ChatError(404, "no_policy_tests", f"policy {name!r} has no tests file ({path.name})")
+            raise NotFound("no_policy_tests", f"policy {name!r} has no tests file ({path.name})")
         tests = load_policy_tests(path)
         rows = [{"name": t.name, "question": t.question, "answer": t.answer, "expected": t.expected.value} for t in tests]
         if run:
@@ -342,7 +335,7 @@ class ThreadManager:
     # -- reviews -----------------------------------------------------------------------------------
     def reviews(self, status: str | None = None) -> list[dict[str, Any]]:
         if status not in (None, "pending", "decided"):
-            raise ChatError(422, "bad_status", f"status must be pending or decided, got {status!r}")
+            raise Invalid("bad_status", f"status must be pending or decided, got {status!r}")
         return [r.to_dict() for r in self.store.reviews(status)]
 
     def decide(self, review_id: int, verdict: str, correction: str | None, *, reviewer: str | None = None,
@@ -352,21 +345,21 @@ class ThreadManager:
         the corpus supports (the checker proves it from its passages, or the support judge says YES)
         needs ``override`` and a ``reason``. Every decision is audited with the reviewer's name."""
         if verdict not in ("approve", "reject"):
-            raise ChatError(422, "bad_verdict", f"verdict must be approve or reject, got {verdict!r}")
+            raise Invalid("bad_verdict", f"verdict must be approve or reject, got {verdict!r}")
         review = self.store.review(review_id)
         if review is None:
-            raise ChatError(404, "review_not_found", f"no review {review_id}")
+            raise NotFound("review_not_found", f"no review {review_id}")
         if review.status != "pending":
-            raise ChatError(409, "review_decided", f"review {review_id} was already decided")
+            raise Conflict("review_decided", f"review {review_id} was already decided")
         note = correction.strip() if correction and correction.strip() else None
         reason = reason.strip() if reason and reason.strip() else None
         if override and not reason:
-            raise ChatError(422, "override_needs_reason", "override: true needs a reason (why the corpus is wrong here)")
+            raise Invalid("override_needs_reason", "override: true needs a reason (why the corpus is wrong here)")
         sentence = display_sentence(review.data.get("sentence") or "")
         marked = sentence if verdict == "reject" and len(sentence) >= 8 else None
         support = self._support(review) if marked else None
         if support and not override:
-            raise ChatError(409, "sentence_supported",
+            raise Conflict("sentence_supported",
                             f"the corpus supports {sentence!r} ({support}); to mark it wrong anyway send override: true "
                             "and a reason", {"sentence": sentence, "support": support})
         error = re.escape(marked) if marked else None
@@ -374,7 +367,7 @@ class ThreadManager:
             decided = self.store.decide_review(review_id, verdict, note, sentence=marked, error=error, reviewer=reviewer,
                                                override=override, reason=reason)
         except StoreError as exc:
-            raise ChatError(409, "review_decided", str(exc)) from None
+            raise Conflict("review_decided", str(exc)) from None
         self.audit.append({"event": "REVIEW_DECIDED", "review_id": review_id, "thread_id": review.thread_id,
                            "reviewer": reviewer, "verdict": verdict, "sentence_marked_wrong": marked, "note": note,
                            "supported_by_corpus": support, "override": override, "reason": reason})
