@@ -307,6 +307,8 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
         callbacks=callbacks,
     )
     freeze_penalty_during_evaluation(trainer, stateful)
+    if config.reward.adaptive_p:
+        _check_probe_can_generate(trainer)
     guard_rollouts(trainer)  # trained ids == sampled ids + tool suffixes, per-rollout budget; logs env/truncated
     return trainer, stateful
 
@@ -324,6 +326,15 @@ def adaptive_p_callback(config: TrainConfig, records: Sequence[QARecord], statef
     # gradient_accumulation_steps of them.
     per_batch = args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps
     return AdaptiveCapabilityCallback(probe, max(1, round(config.reward.adaptive_p_every * per_batch)))
+
+
+def _check_probe_can_generate(trainer: Any) -> None:
+    """The adaptive p_i probe generates with each process's copy of the model: ZeRO-3 shards it."""
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    if plugin is not None and getattr(plugin, "zero_stage", None) == 3:
+        raise ConfigError("reward.adaptive_p: the forced-answer probe needs the whole model on every process, and "
+                          "DeepSpeed ZeRO-3 shards it; use DDP or ZeRO-2 (configs/accelerate), or reward.adaptive_p: "
+                          "false")
 
 
 def freeze_penalty_during_evaluation(trainer: Any, stateful: Any) -> None:
