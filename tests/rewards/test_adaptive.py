@@ -115,3 +115,19 @@ def test_the_reward_reads_the_raised_p_and_the_expected_rate_follows():
         AnswerAbstainReward(RewardConfig()).load_state_dict(state)
     with pytest.raises(ValueError, match="column 'id'"):
         reward([[]], [ABSTAIN], answers=[["gold"]], p=[0.0])
+
+
+def test_the_probe_refuses_zero3():
+    from types import SimpleNamespace
+
+    from awarl.config_fields import ConfigError
+    from awarl.train.grpo import _check_probe_can_generate
+
+    def trainer(stage):
+        plugin = None if stage is None else SimpleNamespace(zero_stage=stage)
+        return SimpleNamespace(accelerator=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)))
+
+    _check_probe_can_generate(trainer(None))
+    _check_probe_can_generate(trainer(2))
+    with pytest.raises(ConfigError, match="ZeRO-3"):
+        _check_probe_can_generate(trainer(3))
