@@ -69,7 +69,7 @@ def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
     assert manifest["agents"] == {"awa": "grpo/awa/final", "none": "grpo/none/final"}
     for key in ("world", "corpus", "policy", "policy_tests", "agent", "sft_agent"):
         assert (out / manifest[key]).exists() and not Path(manifest[key]).is_absolute()
-    assert manifest["rollout"]["max_searches"] == 2
+    assert manifest["rollout"]["max_searches"] == yaml.safe_load(DEFAULT_RECIPE.read_text())["rollout"]["max_searches"]
     report = (out / "report" / "report.md").read_text()
     assert "before RL" in report and "penalty P_t" in report and "What the reward buys" in report
     assert "after RL: awa (reward `awa`)" in report and "after RL: none (reward `none`)" in report

@@ -334,7 +334,8 @@ class Demo:
         from awarl.eval.run import EvalConfig, run_eval
 
         data = self.eval_records_with_p()
-        n = sum(1 for _ in data.open(encoding="utf-8"))
+        with data.open(encoding="utf-8") as f:
+            n = sum(1 for _ in f)
         self.display.start(f"eval ({label})", n, "greedy")
         config = EvalConfig(model=str(model), data=data, out=out, name=label, rollout=self.rollout,
                             corpus=self.paths.corpus, temperature=0.0, seed=self.seed, backend_options={"device": "cpu"})
