@@ -178,16 +178,8 @@ class RewardConfig:
         """Build from a plain mapping (the ``reward:`` section of a training YAML); unknown keys
         are an error naming the closest known key."""
         values = dict(values or {})
-        for moved, to in (("outcome", "rollout.metric"), ("refusal_phrases", "rollout.refusal_phrases")):
-            if moved in values:
-                raise ConfigError(f"{where}: '{moved}' moved to '{to}' (the rollout settings p_i, training and "
-                                  f"evaluation share); move it there")
         known = {f.name for f in fields(cls)}
-        judge_keys = {f"judge_{f.name}" if f.name != "corpus_path" else f.name: f.name for f in fields(LLMJudgeConfig)}
         for key in values:
-            if key in judge_keys:
-                raise ConfigError(f"{where}: '{key}' belongs in the nested section 'llm_judge' as "
-                                  f"'{judge_keys[key]}' (reward.llm_judge.{judge_keys[key]})")
             if key not in known:
                 hint = closest(key, known)
                 raise ConfigError(f"{where}: unknown key '{key}'; " + (f"did you mean '{hint}'?" if hint else
