@@ -212,8 +212,10 @@ class AwarlTaskset(vf.Taskset[AwarlTask, AwarlTasksetConfig]):
     @classmethod
     def toolsets(cls, config: AwarlTasksetConfig) -> list[vf.Toolset]:
         _, rollout = load_recipe_settings(config.recipe)
-        return [SearchToolset(SearchToolsetConfig(index=config.index, corpus=config.corpus,
-                                                  retriever_url=config.retriever_url, rollout=rollout.to_dict()))]
+        # The tool server runs in a workdir of its own: hand it absolute paths.
+        index, corpus = (str(Path(v).resolve()) if v else None for v in (config.index, config.corpus))
+        return [SearchToolset(SearchToolsetConfig(index=index, corpus=corpus, retriever_url=config.retriever_url,
+                                                  rollout=rollout.to_dict()))]
 
 
 def _records(path: Path) -> list[tuple[QARecord, float | None]]:
@@ -277,8 +279,12 @@ __all__ = ["AwarlHarness", "AwarlTaskset"]
 
 # -- entry points -------------------------------------------------------------------------------------------------
 def register() -> None:
-    """Make `AWARL_MODULE` importable (this module), so verifiers resolves the ``awarl-search`` id."""
-    sys.modules.setdefault(AWARL_MODULE, sys.modules[__name__])
+    """Make `AWARL_MODULE` importable (this module), so verifiers resolves the ``awarl-search`` id.
+    The module is taken by its package name even when it runs as ``__main__``: verifiers starts the
+    tool server with ``python -m <the toolset class's module>``."""
+    import importlib
+
+    sys.modules.setdefault(AWARL_MODULE, importlib.import_module("awarl.integrations.verifiers"))
 
 
 def load_environment(records: str | Path, *, recipe: str | Path | None = None, index: str | Path | None = None,

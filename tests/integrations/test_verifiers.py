@@ -81,3 +81,15 @@ def test_verifiers_eval_scores_like_awarl(scripted_agent, world_eval_files, tmp_
     [written] = list((tmp_path / "vf").glob("*/traces.jsonl"))
     rows = [json.loads(line) for line in written.read_text().splitlines()]
     assert vf_awarl.awarl_metrics(rows, rollout) == mine
+
+
+def test_environment_loads_records_with_p_and_hands_the_tool_absolute_paths(world_eval_files, tmp_path, monkeypatch):
+    monkeypatch.chdir(world_eval_files["corpus"].parent)  # relative paths, as a shell user types them
+    env = vf_awarl.load_environment("records.jsonl", corpus="corpus.jsonl", penalty=0.2)
+    tasks = list(env.taskset)
+    assert [t.data.id for t in tasks] == [r.id for r in world_eval_files["list"]]
+    assert tasks[1].data.p == 0.17 and tasks[0].data.answerable is False and tasks[0].config.penalty == 0.2
+    [tool] = type(env.taskset).toolsets(env.taskset.config)
+    assert tool.config.corpus == str(world_eval_files["corpus"].resolve())  # the tool server has its own workdir
+    with pytest.raises(ValueError, match="exactly one of index, corpus or retriever_url"):
+        vf_awarl.environment_config("records.jsonl")
