@@ -196,8 +196,8 @@ def test_gold_citation_reward():
 
 
 def test_citations_pay_correct_answers_only_by_default():
-    """A wrong answer citing both gold passages used to earn 0.2, more than abstaining on a p = 0.7
-    query (1 - 0.7^0.5 = 0.16): the citation term must not tip the answer/abstain balance."""
+    """Paid on every answer, a wrong answer citing both gold passages would earn 0.2, more than abstaining
+    on a p = 0.7 query (1 - 0.7^0.5 = 0.16): the citation term must not tip the answer/abstain balance."""
     funcs, weights = build_reward_funcs(RewardConfig())
     awa, cite = funcs
     completions = [said("<answer>x</answer> [d1] [d2]"), said("<answer>y</answer> [d1] [d2]"), ABSTAIN]
