@@ -21,10 +21,11 @@ import sqlite3
 import uuid
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
@@ -163,6 +164,162 @@ async def _send(send: Any, response: JSONResponse) -> None:
     await send({"type": "http.response.body", "body": response.body})
 
 
+@dataclass
+class Caller:
+    """What a route needs of the app: the manager, the access rules, who is calling, the request."""
+
+    manager: ThreadManager
+    auth: Auth
+    who: Principal
+    request: Request
+
+    def may_read(self, thread_id: str) -> None:
+        self.auth.require_thread(self.who, self.manager.store.thread_token(thread_id),
+                                 self.request.headers.get("x-thread-token"))
+
+
+def caller(request: Request) -> Caller:
+    auth: Auth = request.app.state.auth
+    return Caller(request.app.state.manager, auth, auth.principal(request.headers.get("authorization")), request)
+
+
+router = APIRouter(prefix="/api")
+
+
+# -- threads ---------------------------------------------------------------------------------------
+@router.post("/chat", summary="Ask a question (or check a given answer); returns the thread id and its token")
+def chat(body: ChatRequest, c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_any(c.who)
+    t, token = c.manager.submit_with_token(body.prompt, body.answer)
+    return {"thread_id": t.id, "status": t.status.value, "token": token}
+
+
+@router.get("/thread/{thread_id}", summary="A thread: status, final response, warning, every iteration",
+            response_class=Response, responses={200: {"content": {"application/json": {}}, "description": '{"thread": {...}}'}})
+async def thread(thread_id: str, c: Caller = Depends(caller)) -> Response:
+    # The most frequent request (clients poll it): the stored JSON goes out as is, since decoding and
+    # re-encoding a thread with its findings cost more than the rest of the request, and it runs on
+    # the event loop (one indexed SQLite read, well under a millisecond) instead of queueing for the
+    # thread pool behind slower requests.
+    c.may_read(thread_id)
+    return Response(content='{"thread": ' + c.manager.get_raw(thread_id) + "}", media_type="application/json")
+
+
+@router.get("/threads", summary="Threads, newest first (summaries)")
+def threads(limit: int = 50, status: str | None = None, c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_staff(c.who)
+    if not 1 <= limit <= 1000:
+        raise Invalid("bad_limit", f"limit must be in [1, 1000], got {limit}")
+    if status is not None and status not in ("PROCESSING", "AWAITING_INPUT", "COMPLETED", "ERROR"):
+        raise Invalid("bad_status", f"unknown status {status!r}")
+    return {"threads": c.manager.store.list_threads(limit, status)}
+
+
+@router.post("/thread/{thread_id}/answer", summary="Answer (or skip) the thread's clarifying questions")
+def answer(thread_id: str, body: AnswerRequest, c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.may_read(thread_id)
+    t = c.manager.answer(thread_id, body.answers, body.skipped)
+    return {"thread_id": t.id, "status": t.status.value}
+
+
+# -- config and policies ---------------------------------------------------------------------------
+@router.get("/config", summary="Generator, policy, max iterations, mode")
+def get_config(c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_any(c.who)
+    return c.manager.config()
+
+
+@router.post("/config", summary="Change generator (within the allow-list), policy or max iterations (admin)")
+def set_config(body: ConfigRequest, c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_admin(c.who)
+    generator = body.generator if "generator" in body.model_fields_set else UNSET
+    return c.manager.set_config(generator=generator, policy=body.policy, max_iterations=body.max_iterations)
+
+
+@router.get("/config/policies", summary="The policies this server can check against")
+def policies(c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_any(c.who)
+    return {"policies": c.manager.policies()}
+
+
+@router.get("/policy/{name}/tests", summary="A policy's tests; ?run=true runs them")
+def policy_tests(name: str, run: bool = False, c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_any(c.who)
+    return c.manager.policy_tests(name, run)
+
+
+# -- reviews ---------------------------------------------------------------------------------------
+@router.get("/reviews", summary="The review queue (reviewers and the admin)")
+def reviews(status: str | None = None, c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_staff(c.who)
+    return {"reviews": c.manager.reviews(status)}
+
+
+@router.post("/reviews/{review_id}", summary="Decide a review (reviewers and the admin); recorded under the caller's name")
+def decide(review_id: int, body: ReviewRequest, c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_staff(c.who)
+    return {"review": c.manager.decide(review_id, body.verdict, body.correction, reviewer=c.who.name,
+                                       override=body.override, reason=body.reason)}
+
+
+@router.get("/corrections", summary="The corrections on record (quoted to the model as data)")
+def corrections(c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_any(c.who)
+    return {"corrections": c.manager.corrections.records()}
+
+
+@router.get("/health", summary="Mode, the database's state, thread counts")
+def health(c: Caller = Depends(caller)) -> dict[str, Any]:
+    c.auth.require_any(c.who)
+    return c.manager.health()
+
+
+# -- errors: every one in the envelope -------------------------------------------------------------
+async def on_chat_error(request: Request, exc: ChatError) -> JSONResponse:
+    return _chat_response(exc)
+
+
+async def on_database_error(request: Request, exc: sqlite3.Error) -> JSONResponse:
+    log.error("%s %s: database error: %s", request.method, request.url.path, exc)
+    return _error(503, "database_unavailable", "the database is unavailable (locked, full or missing); try again "
+                  "shortly (GET /api/health shows its state)")
+
+
+async def on_too_large(request: Request, exc: _TooLarge) -> JSONResponse:
+    return _too_large(MAX_BODY_BYTES)
+
+
+async def on_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
+    if any(e["type"] == "json_invalid" for e in errors):
+        return _error(400, "malformed_json", "the request body is not valid JSON", errors)
+    if any(e["type"] == "invalid_unicode" for e in errors):
+        return _error(400, "invalid_unicode", "; ".join(e["msg"] for e in errors if e["type"] == "invalid_unicode"), errors)
+    where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors)
+    return _error(422, "invalid_request", f"{request.method} {request.url.path}: {where}", errors)
+
+
+async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc.__cause__, _TooLarge):  # FastAPI wraps what the body reader raised
+        return _too_large(MAX_BODY_BYTES)
+    # FastAPI raises a 400 only when it cannot decode the body (bytes that are not UTF-8 JSON)
+    code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return _error(exc.status_code, code, f"{request.method} {request.url.path}: {exc.detail}")
+
+
+async def on_crash(request: Request, exc: Exception) -> JSONResponse:
+    # The exception text stays in the log (it may hold paths, SQL or data); the client gets a reference.
+    ref = uuid.uuid4().hex[:12]
+    log.exception("%s %s failed (ref %s)", request.method, request.url.path, ref)
+    return _error(500, "internal_error", f"the server failed on this request (reference {ref} in its log)",
+                  {"reference": ref})
+
+
+HANDLERS: dict[Any, Any] = {ChatError: on_chat_error, sqlite3.Error: on_database_error, _TooLarge: on_too_large,
+                            RequestValidationError: on_invalid_request, StarletteHTTPException: on_http_error,
+                            Exception: on_crash}
+
+
 def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None = None) -> FastAPI:
     """The app; its ThreadManager starts with the app (lifespan) and stops with it."""
     manager = ThreadManager(settings, generators=generators)
@@ -181,134 +338,11 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
             manager.close()
 
     app = FastAPI(title="awarl chat", description="Verify-and-rewrite chatbot: the trained search agent behind "
-                  "automated-reasoning (Z3) and citation checks.", version="1", lifespan=lifespan)
+                  "automated-reasoning (Z3) and citation checks.", version="1", lifespan=lifespan,
+                  exception_handlers=HANDLERS)
     app.state.manager, app.state.auth = manager, auth
     app.add_middleware(Guard, auth=auth)
-
-    def who(request: Request) -> Principal:
-        return auth.principal(request.headers.get("authorization"))
-
-    def thread_access(thread_id: str, request: Request, principal: Principal) -> None:
-        auth.require_thread(principal, manager.store.thread_token(thread_id), request.headers.get("x-thread-token"))
-
-    @app.exception_handler(ChatError)
-    async def _chat_error(request: Request, exc: ChatError) -> JSONResponse:
-        return _chat_response(exc)
-
-    @app.exception_handler(sqlite3.Error)
-    async def _db_down(request: Request, exc: sqlite3.Error) -> JSONResponse:
-        log.error("%s %s: database error: %s", request.method, request.url.path, exc)
-        return _error(503, "database_unavailable", "the database is unavailable (locked, full or missing); try again "
-                      "shortly (GET /api/health shows its state)")
-
-    @app.exception_handler(_TooLarge)
-    async def _large(request: Request, exc: _TooLarge) -> JSONResponse:
-        return _too_large(MAX_BODY_BYTES)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()]
-        if any(e["type"] == "json_invalid" for e in errors):
-            return _error(400, "malformed_json", "the request body is not valid JSON", errors)
-        if any(e["type"] == "invalid_unicode" for e in errors):
-            return _error(400, "invalid_unicode", "; ".join(e["msg"] for e in errors if e["type"] == "invalid_unicode"), errors)
-        where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors)
-        return _error(422, "invalid_request", f"{request.method} {request.url.path}: {where}", errors)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if isinstance(exc.__cause__, _TooLarge):  # FastAPI wraps what the body reader raised
-            return _too_large(MAX_BODY_BYTES)
-        # FastAPI raises a 400 only when it cannot decode the body (bytes that are not UTF-8 JSON)
-        code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, code, f"{request.method} {request.url.path}: {exc.detail}")
-
-    @app.exception_handler(Exception)
-    async def _crash(request: Request, exc: Exception) -> JSONResponse:
-        # The exception text stays in the log (it may hold paths, SQL or data); the client gets a reference.
-        ref = uuid.uuid4().hex[:12]
-        log.exception("%s %s failed (ref %s)", request.method, request.url.path, ref)
-        return _error(500, "internal_error", f"the server failed on this request (reference {ref} in its log)",
-                      {"reference": ref})
-
-    # -- threads ---------------------------------------------------------------------------------
-    @app.post("/api/chat", summary="Ask a question (or check a given answer); returns the thread id and its token")
-    def chat(body: ChatRequest, principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_any(principal)
-        t, token = manager.submit_with_token(body.prompt, body.answer)
-        return {"thread_id": t.id, "status": t.status.value, "token": token}
-
-    @app.get("/api/thread/{thread_id}", summary="A thread: status, final response, warning, every iteration",
-             response_class=Response, responses={200: {"content": {"application/json": {}},
-                                                       "description": '{"thread": {...}}'}})
-    async def thread(thread_id: str, request: Request, principal: Principal = Depends(who)) -> Response:
-        # The most frequent request (clients poll it): the stored JSON goes out as is, since decoding and
-        # re-encoding a thread with its findings cost more than the rest of the request, and it runs on
-        # the event loop (one indexed SQLite read, well under a millisecond) instead of queueing for the
-        # thread pool behind slower requests.
-        thread_access(thread_id, request, principal)
-        return Response(content='{"thread": ' + manager.get_raw(thread_id) + "}", media_type="application/json")
-
-    @app.get("/api/threads", summary="Threads, newest first (summaries)")
-    def threads(limit: int = 50, status: str | None = None, principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_staff(principal)
-        if not 1 <= limit <= 1000:
-            raise Invalid("bad_limit", f"limit must be in [1, 1000], got {limit}")
-        if status is not None and status not in ("PROCESSING", "AWAITING_INPUT", "COMPLETED", "ERROR"):
-            raise Invalid("bad_status", f"unknown status {status!r}")
-        return {"threads": manager.store.list_threads(limit, status)}
-
-    @app.post("/api/thread/{thread_id}/answer", summary="Answer (or skip) the thread's clarifying questions")
-    def answer(thread_id: str, body: AnswerRequest, request: Request, principal: Principal = Depends(who)) -> dict[str, Any]:
-        thread_access(thread_id, request, principal)
-        t = manager.answer(thread_id, body.answers, body.skipped)
-        return {"thread_id": t.id, "status": t.status.value}
-
-    # -- config and policies ---------------------------------------------------------------------
-    @app.get("/api/config", summary="Generator, policy, max iterations, mode")
-    def get_config(principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_any(principal)
-        return manager.config()
-
-    @app.post("/api/config", summary="Change generator, policy or max iterations (new threads use them)")
-    def set_config(body: ConfigRequest, principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_admin(principal)
-        generator = body.generator if "generator" in body.model_fields_set else UNSET
-        return manager.set_config(generator=generator, policy=body.policy, max_iterations=body.max_iterations)
-
-    @app.get("/api/config/policies", summary="The policies this server can check against")
-    def policies(principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_any(principal)
-        return {"policies": manager.policies()}
-
-    @app.get("/api/policy/{name}/tests", summary="A policy's tests; ?run=true runs them")
-    def policy_tests(name: str, run: bool = False, principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_any(principal)
-        return manager.policy_tests(name, run)
-
-    # -- reviews ---------------------------------------------------------------------------------
-    @app.get("/api/reviews", summary="The review queue")
-    def reviews(status: str | None = None, principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_staff(principal)
-        return {"reviews": manager.reviews(status)}
-
-    @app.post("/api/reviews/{review_id}", summary="Decide a review; a correction joins the corrections list")
-    def decide(review_id: int, body: ReviewRequest, principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_staff(principal)
-        return {"review": manager.decide(review_id, body.verdict, body.correction, reviewer=principal.name,
-                                         override=body.override, reason=body.reason)}
-
-    @app.get("/api/corrections", summary="The corrections list injected into prompts")
-    def corrections(principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_any(principal)
-        return {"corrections": manager.corrections.records()}
-
-    @app.get("/api/health", summary="Liveness, mode and thread counts")
-    def health(principal: Principal = Depends(who)) -> dict[str, Any]:
-        auth.require_any(principal)
-        return manager.health()
-
-    # -- the web UI ------------------------------------------------------------------------------
+    app.include_router(router)
     static = resources.files("awarl.chat").joinpath("static")
 
     @app.get("/", include_in_schema=False)
