@@ -160,7 +160,7 @@ def run_inprocess(manager: ThreadManager, n: int, concurrency: int, offset: int)
 
 
 def summarize(threads: list[dict], wall: float, n: int, gets=(), posts=(), e2e=()) -> dict:
-    ok = [t for t in threads if t["status"] == "COMPLETED" and t["badge"] == "VALID"]
+    ok = [t for t in threads if t["status"] == "COMPLETED" and t["badge"] in ("VALID", "VALID_GIVEN_YOUR_STATEMENT")]
     mixed = [t for t in ok if re.search(r"#(\d+)", t["prompt"]).group(1) != re.search(r"#(\d+)", t["final_response"]).group(1)]
     solver = sum(i["solver_s"] for t in threads for i in t["iterations"])
     validate = sum(i["validate_s"] for t in threads for i in t["iterations"])
