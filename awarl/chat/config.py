@@ -80,8 +80,8 @@ class ChatSettings:
     db_timeout_s: float = doc("How long a database statement waits for another connection's lock before the attempt "
                               "fails (then retried with backoff; after retries the thread ends in ERROR).", default=5.0)
     audit: str = doc("Audit log (JSON lines, hash-chained).", default="runs/chat/audit.jsonl")
-    audit_secret_env: str = doc("Environment variable holding the HMAC key of the audit chain (unset: plain "
-                                "SHA-256).", default="AWARL_AUDIT_SECRET")
+    audit_secret_env: str = doc("Environment variable holding the HMAC key of the audit chain (unset: the key file "
+                                "<db>.audit-key, generated at first start, mode 0600).", default="AWARL_AUDIT_SECRET")
     recovery: Literal["resume", "error"] = doc("Threads left PROCESSING by a crash: resume them, or end them in "
                                                "ERROR (both audited).", default="resume")
     prompts_dir: str | None = doc("Folder of prompt templates (default: the shipped ones).", default=None)
