@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,12 +223,3 @@ class _optional_sink:
     def __exit__(self, *exc: object) -> None:
         if self.fh is not None:
             self.fh.close()
-
-
-def check_unique_ids(records: Iterable[QARecord], path: str | Path) -> None:
-    """Refuse two records with one id (rows are matched to records by id), naming both positions."""
-    seen: dict[str, int] = {}
-    for n, r in enumerate(records, start=1):
-        if r.id in seen:
-            raise DataError(path, f"record {n}", f"duplicate id {r.id!r} (first at record {seen[r.id]})", "id")
-        seen[r.id] = n

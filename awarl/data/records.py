@@ -260,28 +260,32 @@ def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> int:
 def load_records(path: str | Path) -> list[QARecord]:
     """Read a prepared ``records.jsonl``; a repeated id is an error naming both lines (predictions
     and p_i rows are matched to records by id, so two records with one id would pair wrongly)."""
-    out: list[QARecord] = []
-    seen: dict[str, int] = {}
-    for n, row in iter_jsonl(path):
-        rec = QARecord.from_dict(row, path=path, where=f"line {n}")
-        if rec.id in seen:
-            raise DataError(path, f"line {n}", f"duplicate record id {rec.id!r} (first on line {seen[rec.id]})", "id")
-        seen[rec.id] = n
-        out.append(rec)
-    return out
+    lines = [(n, QARecord.from_dict(row, path=path, where=f"line {n}")) for n, row in iter_jsonl(path)]
+    check_unique_ids(path, ((rec.id, f"line {n}") for n, rec in lines), "record id")
+    return [rec for _, rec in lines]
 
 
 def load_corpus(path: str | Path) -> list[Passage]:
     """Read a prepared ``corpus.jsonl``; duplicate ids are an error."""
-    out: list[Passage] = []
-    seen: dict[str, int] = {}
-    for n, row in iter_jsonl(path):
-        p = Passage.from_dict(row, path=path, where=f"line {n}")
-        if p.id in seen:
-            raise DataError(path, f"line {n}", f"duplicate passage id {p.id!r} (first on line {seen[p.id]})", "id")
-        seen[p.id] = n
-        out.append(p)
-    return out
+    lines = [(n, Passage.from_dict(row, path=path, where=f"line {n}")) for n, row in iter_jsonl(path)]
+    check_unique_ids(path, ((p.id, f"line {n}") for n, p in lines), "passage id")
+    return [p for _, p in lines]
+
+
+def check_unique_ids(path: str | Path, ids: Iterable[tuple[str, str]], what: str = "id") -> None:
+    """Refuse an id that appears twice (records, passages and output rows are matched by id), naming
+    both places; ``ids`` are ``(id, where)`` pairs such as ``("q1", "line 3")``.
+
+    >>> check_unique_ids("r.jsonl", [("a", "line 1"), ("a", "line 2")], "record id")
+    Traceback (most recent call last):
+    ...
+    awarl.errors.DataError: r.jsonl, line 2, field 'id': duplicate record id 'a' (first on line 1)
+    """
+    seen: dict[str, str] = {}
+    for key, where in ids:
+        if key in seen:
+            raise DataError(path, where, f"duplicate {what} {key!r} (first on {seen[key]})", "id")
+        seen[key] = where
 
 
 # -- resumable JSONL: append whole rows, cut a torn tail on restart --------------------------------------

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from awarl.agent.settings import RolloutSettings
-from awarl.agent.stage import OutputLock, StageConfig, check_unique_ids, read_rows, run_stage
-from awarl.data.records import Passage, QARecord, iter_jsonl, read_json, write_jsonl
+from awarl.agent.stage import OutputLock, StageConfig, read_rows, run_stage
+from awarl.data.records import Passage, QARecord, check_unique_ids, iter_jsonl, read_json, write_jsonl
 from awarl.errors import ConfigError, DataError
 
 
@@ -39,7 +39,7 @@ class EvalConfig(StageConfig):
     ``data``, else the data file's own passages; ``temperature`` 0 is greedy (the default)."""
 
     dataset: str | None = None
-    """Format of ``data`` when it is an official file: hotpotqa, 2wiki, musique, flashrag."""
+    """Format of ``data`` when it is an official file: a name in `awarl.data.adapters.FORMATS`."""
     name: str | None = None
     """Run name in reports (default: the folder name)."""
     limit: int | None = None
@@ -48,7 +48,11 @@ class EvalConfig(StageConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit must be >= 1, got {self.limit}")
+            raise ConfigError(f"limit must be >= 1, got {self.limit}")
+        if self.dataset is not None:
+            from awarl.data.adapters import get_format
+
+            get_format(self.dataset)
 
     def settings(self) -> dict[str, Any]:
         row = asdict(self)
@@ -83,7 +87,7 @@ def load_data(config: EvalConfig) -> tuple[list[QARecord], list[Passage] | None]
             if kept[r.dataset] <= config.limit:
                 limited.append(r)
         records = limited
-    check_unique_ids(records, config.data)
+    check_unique_ids(config.data, ((r.id, f"record {n}") for n, r in enumerate(records, start=1)))
     if not records:
         raise DataError(config.data, "-", "no records to evaluate")
     return records, passages
