@@ -23,7 +23,7 @@
   as feedback and sampled at the configured temperature (verify-and-resample).
 
 ``thread.rewrites`` counts REWRITING_LOOP entries, so ``max_iterations = 3`` means exactly three
-rewrites (the sample chatbot's off-by-one gave one fewer).
+rewrites.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One rewrite template per finding type (``rewrite_invalid.txt``, ``rewrite_satisf
 and one for citation problems (``rewrite_citation.txt``). Every template receives the same
 blocks: the policy's rules in natural language (never ids alone), the clarifications so far, the
 variables on which the scenarios differ (with their descriptions), the untranslated spans of the
-answer, the cited evidence and the corrections list — the context the sample chatbot withheld.
+answer, the cited evidence and the corrections list.
 A different folder can be configured (``prompts_dir``) to adapt the wording without code.
 """
 
