@@ -64,7 +64,8 @@ def serve(
     if not auth.loopback:
         warn(f"binding {settings.host}: every route needs a token (admin, reviewer or a thread's own); Host must be one "
              f"of {', '.join(sorted(auth.allowed_hosts))} (set allowed_hosts for the names clients use)")
-    typer.echo(f"awarl chat on http://{settings.host}:{settings.port}/ — {settings.mode_note or settings.generator}")
+    manager = app.state.manager  # the mode it serves, as GET /api/config reports it (a saved choice included)
+    typer.echo(f"awarl chat on http://{settings.host}:{settings.port}/ — {manager.mode} mode: {manager.mode_note}")
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
 
 

@@ -144,7 +144,7 @@ class ThreadManager:
         for name in settings.policies:  # every policy a user may switch to is read now: a broken file is named at start
             self._policy_version(name)
         self._second_judge = self._make_second_judge()
-        log.info("chat: %s", settings.mode_note or f"generator {self.runtime['generator']}, policy {self.runtime['policy']}")
+        log.info("chat: %s mode: %s", self.mode, self.mode_note)
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> "ThreadManager":
@@ -176,6 +176,18 @@ class ThreadManager:
     def mode(self) -> str:
         return "agent" if self.runtime["generator"] else "validate-only"
 
+    @property
+    def mode_note(self) -> str:
+        """Why the server serves as it does now: the config's note, unless POST /api/config chose another
+        generator (saved in the database, so it holds after a restart too)."""
+        generator = self.runtime["generator"]
+        if generator == self.settings.generator:
+            return self.settings.mode_note or f"generator {generator}, policy {self.runtime['policy']}"
+        if generator is None:
+            return (f"Validate-only mode, chosen in the config panel (POST /api/config) over the configured "
+                    f"{self.settings.generator}: POST /api/chat with an `answer` to check it, or pick a generator.")
+        return f"Serving {generator}, chosen in the config panel (POST /api/config); policy {self.runtime['policy']}."
+
     def submit(self, prompt: str, answer: str | None = None, *, token_hash: str | None = None) -> Thread:
         if not prompt or not prompt.strip():
             raise Invalid("empty_prompt", "prompt is empty")
@@ -191,7 +203,7 @@ class ThreadManager:
                             "Send the answer to check with the prompt ({\"prompt\": ..., \"answer\": ...}), or build the "
                             "world agent with `awarl demo --out runs/demo` and restart `awarl chat serve` "
                             "(or serve any checkpoint with --config configs/chat/<name>.yaml).",
-                            {"mode": "validate-only", "note": self.settings.mode_note})
+                            {"mode": "validate-only", "note": self.mode_note})
         policy = self.runtime["policy"]
         t = Thread.new(prompt.strip(), given_answer=answer, generator=generator, policy=policy,
                        policy_version=self._policy_version(policy), max_iterations=int(self.runtime["max_iterations"]))
@@ -267,12 +279,12 @@ class ThreadManager:
             counts = self.store.count_threads() if db["readable"] else None
         except sqlite3.Error:
             counts = None
-        return {"ok": bool(db["writable"]) and not self._unsaved, "mode": self.mode, "mode_note": self.settings.mode_note,
+        return {"ok": bool(db["writable"]) and not self._unsaved, "mode": self.mode, "mode_note": self.mode_note,
                 "db": db, "unsaved_threads": sorted(self._unsaved), "threads": counts}
 
     # -- config ------------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
-        return {**self.runtime, "mode": self.mode, "mode_note": self.settings.mode_note,
+        return {**self.runtime, "mode": self.mode, "mode_note": self.mode_note,
                 "generators": sorted(self.allowed_generators()),
                 "policies": sorted(self.settings.policies), "decisions": self.settings.uses_decisions(self.runtime["generator"]),
                 "question_timeout_s": self.settings.question_timeout_s, "corpus": self.settings.corpus}
@@ -293,7 +305,16 @@ class ThreadManager:
             self.runtime["max_iterations"] = max_iterations
         if generator is not UNSET:
             self.runtime["generator"] = generator or None
-        self.store.set_setting("config", self.runtime)
+        # Only the fields this call set are saved, and only where they differ from the config file: a field
+        # left out, or set to the file's value, keeps following the file (a restart after editing it too).
+        chosen = {k: self.runtime[k] for k, given in (("policy", policy), ("max_iterations", max_iterations))
+                  if given is not None}
+        if generator is not UNSET:
+            chosen["generator"] = self.runtime["generator"]
+        configured = {"policy": self.settings.policy_name, "max_iterations": self.settings.max_iterations,
+                      "generator": self.settings.generator}
+        saved = {**(self.store.setting("config") or {}), **chosen}
+        self.store.set_setting("config", {k: v for k, v in saved.items() if v != configured.get(k)})
         return self.config()
 
     def allowed_generators(self) -> set[str]:

@@ -143,3 +143,39 @@ def test_a_second_judge_cross_checks_borderline_citations(make_manager, world_di
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_save_stores_only_the_fields_set_and_a_restart_serves_the_mode_it_reports(tmp_path, caplog):
+    """Save in validate-only mode changes max rewrites only: after the agent is configured and the server
+    restarted, it serves the agent, and GET /api/config, /api/health and the start-up log say so; a generator
+    switched off on purpose stays off across a restart, and all three say that instead."""
+    from fastapi.testclient import TestClient
+
+    from awarl.chat.app import create_app
+
+    from .conftest import ADMIN_HEADERS, settings_for
+
+    def serve(**kw):
+        app = create_app(settings_for(tmp_path, **kw), generators={"scripted": ScriptedGenerator(lambda q, n: "x", None)})
+        return TestClient(app, base_url="http://127.0.0.1", headers=ADMIN_HEADERS)
+
+    with serve(mode_note="Validate-only mode: no agent yet.") as c:
+        assert c.get("/api/config").json()["mode"] == "validate-only"
+        assert c.post("/api/config", json={"max_iterations": 1}).json()["generator"] is None
+        assert c.post("/api/config", json={"generator": None}).json()["mode"] == "validate-only"
+    caplog.set_level("INFO", logger="awarl.chat.manager")
+    with serve(generator="scripted", mode_note="Serving the scripted agent.") as c:
+        cfg = c.get("/api/config").json()
+        assert (cfg["mode"], cfg["generator"], cfg["max_iterations"]) == ("agent", "scripted", 1)
+        assert c.get("/api/health").json()["mode"] == "agent"
+        assert "chat: agent mode: Serving the scripted agent." in caplog.text
+        assert c.post("/api/config", json={"generator": None}).json()["mode"] == "validate-only"
+        assert c.post("/api/config", json={"max_iterations": 3}).json()["max_iterations"] == 3  # the file's value again
+    caplog.clear()
+    with serve(generator="scripted", mode_note="Serving the scripted agent.") as c:
+        cfg = c.get("/api/config").json()
+        assert (cfg["mode"], cfg["generator"], cfg["max_iterations"]) == ("validate-only", None, 3)
+        assert "chosen in the config panel" in cfg["mode_note"] and "scripted" in cfg["mode_note"]
+        assert c.get("/api/health").json()["mode_note"] == cfg["mode_note"]
+        assert f"chat: validate-only mode: {cfg['mode_note']}" in caplog.text
+        assert c.post("/api/chat", json={"prompt": "What discount do I get?"}).status_code == 503

@@ -75,11 +75,22 @@ async function loadConfig() {
   if (config.mode !== "agent") $("#answer-box").open = true;
 }
 
+// Save sends only the fields the user changed: one left alone keeps following the server's config file.
+function changedConfig() {
+  const body = {};
+  const generator = $("#cfg-generator").value.trim() || null;
+  if (generator !== (config.generator || null)) body.generator = generator;
+  if ($("#cfg-policy").value !== config.policy) body.policy = $("#cfg-policy").value;
+  if (Number($("#cfg-max").value) !== config.max_iterations) body.max_iterations = Number($("#cfg-max").value);
+  return body;
+}
+
 $("#cfg-save").addEventListener("click", async () => {
+  const body = changedConfig();
+  if (!Object.keys(body).length) { $("#cfg-status").textContent = "Nothing changed."; return; }
   try {
-    await api("POST", "/api/config", {generator: $("#cfg-generator").value.trim() || null,
-                                      policy: $("#cfg-policy").value, max_iterations: Number($("#cfg-max").value)});
-    $("#cfg-status").textContent = "Saved; new questions use it.";
+    await api("POST", "/api/config", body);
+    $("#cfg-status").textContent = `Saved ${Object.keys(body).join(", ")}; new questions use it.`;
     await loadConfig();
   } catch (e) { $("#cfg-status").textContent = e.message; }
 });
