@@ -51,10 +51,19 @@ def _layer(module: str) -> int:
 
 
 def _imports(path: Path) -> set[str]:
-    """Every awarl module ``path`` imports, at module level or inside functions."""
+    """Every awarl module ``path`` imports, at module level or inside functions.
+
+    Imports under ``if TYPE_CHECKING:`` never run, so they are not edges: a type-only import of a
+    sibling (kinds.py naming RewardConfig in its annotations) is no circle.
+    """
     package = _module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else _module_name(path)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    type_only = {id(n) for node in ast.walk(tree) if _is_type_checking_block(node)
+                 for stmt in node.body for n in ast.walk(stmt)}  # its else branch does run
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("awarl"))
         elif isinstance(node, ast.ImportFrom):
@@ -67,6 +76,15 @@ def _imports(path: Path) -> set[str]:
                 candidate = f"{base}.{alias.name}"
                 found.add(candidate if _is_module(candidate) else base)
     return found
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:`` (its body only runs under a type checker)."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _is_module(name: str) -> bool:
