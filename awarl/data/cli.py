@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from awarl.cli_errors import warn
-from awarl.data.adapters import DATASETS, load_dataset_file, load_hub
+from awarl.data.adapters import format_names, get_format, load_dataset_file, load_hub
 from awarl.data.folders import replace_folder
 from awarl.data.records import DataError, Passage, QARecord, load_corpus, load_records, write_jsonl
 
@@ -39,7 +39,7 @@ def _write(out: Path, records: list[QARecord], passages: list[Passage], force: b
 
 @app.command("prepare")
 def prepare(
-    dataset: str = typer.Option(..., "--dataset", help=f"Format of the input file: {', '.join(DATASETS)}."),
+    dataset: str = typer.Option(..., "--dataset", help=f"Format of the input file: {format_names()}."),
     input: Path = typer.Option(None, "--input", help="Official data file (JSON list or JSONL)."),
     out: Path = typer.Option(..., "--out", help="Output folder for records.jsonl and corpus.jsonl (must be new or empty unless --force)."),
     hub_split: str = typer.Option(None, "--hub-split", help="Load from the Hugging Face hub instead of --input (needs a network)."),
@@ -47,8 +47,7 @@ def prepare(
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Convert an official data file into DIR/records.jsonl and DIR/corpus.jsonl and print counts."""
-    if dataset not in DATASETS:
-        raise typer.BadParameter(f"unknown dataset {dataset!r}; choose one of {', '.join(DATASETS)}", param_hint="--dataset")
+    get_format(dataset)  # an unknown name stops here, before any file is read
     if (input is None) == (hub_split is None):
         raise typer.BadParameter("give exactly one of --input PATH or --hub-split SPLIT", param_hint="--input")
     records, passages = load_hub(dataset, hub_split) if hub_split else load_dataset_file(dataset, input)

@@ -11,6 +11,8 @@ from rich.table import Table
 
 from awarl.agent.options import BACKEND, RETRIEVAL, ROLLOUT, backend_options, retrieval_options, rollout_options
 from awarl.agent.settings import RolloutSettings
+from awarl.data.adapters import format_names
+
 app = typer.Typer(no_args_is_help=True)
 
 
@@ -18,7 +20,7 @@ app = typer.Typer(no_args_is_help=True)
 def score_command(
     data: Path = typer.Option(..., "--data", help="Official data file or a prepared records.jsonl."),
     predictions: Path = typer.Option(..., "--predictions", help="awarl JSONL, HotpotQA/2Wiki pred JSON, MuSiQue pred JSONL, a JSON list of rows or an {id: answer} object."),
-    dataset: str = typer.Option(None, "--dataset", help="Format of --data when it is an official file (hotpotqa, 2wiki, musique, flashrag)."),
+    dataset: str = typer.Option(None, "--dataset", help=f"Format of --data when it is an official file: {format_names()}."),
     metric: str = typer.Option("em", "--metric", help="What 'correct' means: em (default) or f1 (F1 >= 0.5)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
@@ -59,7 +61,7 @@ def run_command(
     model: str = typer.Option(..., "--model", help="Backend spec: PATH, hf:PATH, vllm:PATH or openai:URL#MODEL."),
     data: Path = typer.Option(..., "--data", help="A prepared records.jsonl, or an official data file with --dataset."),
     out: Path = typer.Option(..., "--out", help="Run folder (resumed if it exists)."),
-    dataset: str = typer.Option(None, "--dataset", help="Format of --data when it is an official file (hotpotqa, 2wiki, musique, flashrag)."),
+    dataset: str = typer.Option(None, "--dataset", help=f"Format of --data when it is an official file: {format_names()}."),
     name: str = typer.Option(None, "--name", help="Run name in reports (default: the folder name)."),
     limit: int = typer.Option(None, "--limit", help="Only the first N questions of each data set."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (default)."),

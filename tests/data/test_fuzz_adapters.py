@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from awarl.data.adapters import DATASETS, load_dataset_file
+from awarl.data.adapters import FORMATS, load_dataset_file
 from awarl.data.records import DataError, load_corpus, load_records, passage_id
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
@@ -52,7 +52,7 @@ json_values = st.recursive(
 def _load(dataset: str, content: bytes) -> tuple[Path, Any]:
     """Write ``content`` to a file and read it; returns the path and the result or the DataError."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / ("data.json" if dataset in ("hotpotqa", "2wiki") else "data.jsonl")
+        path = Path(tmp) / f"data.{FORMATS[dataset].shape}"
         path.write_bytes(content)
         try:
             return path, load_dataset_file(dataset, path)
@@ -78,14 +78,14 @@ def _check_result(dataset: str, result: Any) -> None:
         assert set(r.supporting) <= set(r.passages) <= set(by_id)
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", list(FORMATS))
 @FUZZ
 @given(content=st.binary(max_size=400))
 def test_random_bytes(dataset, content):
     _check_result(dataset, _load(dataset, content)[1])
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", list(FORMATS))
 @FUZZ
 @given(data=st.data())
 def test_byte_mutations_of_valid_files(dataset, data):
@@ -123,11 +123,11 @@ def _mutate(draw: Any, node: Any, depth: int = 0) -> Any:
     return draw(json_values)
 
 
-@pytest.mark.parametrize("dataset", DATASETS)
+@pytest.mark.parametrize("dataset", list(FORMATS))
 @FUZZ
 @given(data=st.data())
 def test_json_mutations_of_valid_files(dataset, data):
-    if dataset in ("hotpotqa", "2wiki"):
+    if FORMATS[dataset].shape == "json":
         doc = json.loads(SMALL[dataset])
         content = json.dumps(_mutate(data.draw, doc)).encode()
     else:
