@@ -245,7 +245,8 @@ def test_smollm2_recipe_end_to_end(tmp_path, monkeypatch):
            "runs/smollm2/world/rl_small.jsonl", *corpus, "--k", "2", "--out", "runs/smollm2/capability.jsonl",
            "--no-progress", cwd=tmp_path)
     _awarl("train", "grpo", *cfg, "--set", "data.records=runs/smollm2/world/rl_small.jsonl", "--set",
-           "grpo.max_steps=1", "--set", "grpo.per_device_train_batch_size=4", "--set", "grpo.save_strategy=no",
+           "grpo.max_steps=1", "--set", "grpo.per_device_train_batch_size=2", "--set", "grpo.gradient_accumulation_steps=2",
+           "--set", "grpo.steps_per_generation=2", "--set", "grpo.save_strategy=no",
            *quiet, cwd=tmp_path)
     _awarl("eval", "run", *cfg, "--model", "runs/smollm2/grpo/final", "--data", "runs/smollm2/world/eval_small.jsonl",
            *corpus, "--out", "runs/smollm2/eval/grpo", "--no-progress", cwd=tmp_path)
