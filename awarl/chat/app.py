@@ -252,7 +252,16 @@ def policy_tests(name: str, run: bool = False, c: Caller = Depends(caller)) -> d
 @router.get("/reviews", summary="The review queue (reviewers and the admin)")
 def reviews(status: str | None = None, c: Caller = Depends(caller)) -> dict[str, Any]:
     c.auth.require_staff(c.who)
-    return {"reviews": c.manager.reviews(status)}
+    return {"reviews": [{**r, "thread": _served(c.manager, r["thread_id"])} for r in c.manager.reviews(status)]}
+
+
+def _served(manager: ThreadManager, thread_id: str | None) -> dict[str, Any] | None:
+    """What a review's thread served (its answer and badge), for the review page."""
+    try:
+        t = manager.get(thread_id) if thread_id else None
+    except NotFound:
+        return None
+    return t and {k: t.get(k) for k in ("id", "status", "badge", "badge_label", "badge_style", "final_response", "warning")}
 
 
 @router.post("/reviews/{review_id}", summary="Decide a review (reviewers and the admin); recorded under the caller's name")

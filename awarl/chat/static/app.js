@@ -4,6 +4,8 @@
 const $ = (sel, root = document) => root.querySelector(sel);
 const shown = new Map();   // thread id -> message element
 const open = new Set();    // thread ids whose debug panel is open
+const proofOpen = new Set(); // thread ids whose proof is open (independent of the debug panel)
+const CITE_RE = /\[([A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63})\]/g;  // a cited passage id, as awarl.protocol reads it
 let config = null;
 const TOKEN_KEY = "awarl-chat-token";         // the admin's or a reviewer's token, asked once per browser
 const THREADS_KEY = "awarl-chat-thread-tokens"; // thread id -> the capability token POST /api/chat returned
@@ -113,6 +115,13 @@ $("#ask-form").addEventListener("submit", async (ev) => {
   }
 });
 
+// Enter sends, Shift+Enter adds a line (in both boxes of the form).
+for (const box of ["#prompt", "#answer"]) {
+  $(box).addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); $("#ask-form").requestSubmit(); }
+  });
+}
+
 function addMessage(threadId, prompt) {
   const user = el("div", {class: "msg user"}, el("div", {class: "who"}, "You"), prompt);
   const bot = el("div", {class: "msg bot", "data-thread": threadId || ""},
@@ -150,9 +159,9 @@ function render(t) {
     parts.push(el("div", {}, el("span", {class: "badge ERROR", "data-testid": "badge"}, "ERROR")),
                el("div", {class: "error"}, t.error || "failed"));
   } else {
-    parts.push(el("div", {}, el("span", {class: `badge ${t.badge}`, "data-testid": "badge"}, badgeText(t)),
+    parts.push(el("div", {}, el("span", {class: `badge ${t.badge_style || t.badge}`, "data-testid": "badge"}, badgeText(t)),
                   el("span", {class: "small"}, `${t.exit} · ${t.rewrites} rewrite(s) · policy ${t.policy}`)));
-    parts.push(el("div", {class: "final", "data-testid": "final"}, t.final_response || "(no answer)"));
+    parts.push(...answerWithFootnotes(t));
     if (t.warning) parts.push(el("div", {class: "warning", "data-testid": "warning"}, t.warning));
     if (t.clarifications.length) {
       parts.push(el("div", {class: "small", "data-testid": "clarifications"}, "Your clarifications: ",
@@ -163,20 +172,73 @@ function render(t) {
     el("button", {class: "secondary debug-toggle", "data-testid": "debug-toggle",
                   onclick: () => { open.has(t.id) ? open.delete(t.id) : open.add(t.id); render(t); }},
        open.has(t.id) ? "Hide debug" : "Debug"));
-  const proved = ["VALID", "VALID_GIVEN_YOUR_STATEMENT", "PARTLY_VALIDATED"].includes(t.badge);
+  const proved = t.status === "COMPLETED" && served(t).findings.some(f => f.result === "VALID");
   if (proved) {
     actions.append(el("button", {class: "secondary proof-toggle", "data-testid": "proof-toggle",
-                                 onclick: () => { const p = box.querySelector(".proof"); p.classList.toggle("hidden"); }}, "Proof"));
+                                 onclick: () => { proofOpen.has(t.id) ? proofOpen.delete(t.id) : proofOpen.add(t.id); render(t); }},
+                      proofOpen.has(t.id) ? "Hide proof" : "Proof"));
   }
   parts.push(actions);
-  if (proved) parts.push(proof(t));
+  if (proved && proofOpen.has(t.id)) parts.push(proof(t));
   if (open.has(t.id)) parts.push(debugPanel(t));
   box.replaceChildren(...parts);
 }
 
+// The badge is the thread's own string (a label when the thread carries one), never a list kept here.
 function badgeText(t) {
-  return {INVALID: "INVALID after max rewrites", PARTLY_VALIDATED: "PARTLY VALIDATED",
-          NOT_VALIDATED: "NOT VALIDATED", VALID_GIVEN_YOUR_STATEMENT: "VALID given your statement"}[t.badge] || t.badge;
+  return t.badge_label || String(t.badge || t.status).replaceAll("_", " ");
+}
+
+// The iteration whose answer is served: the thread's ``served`` index, else the latest with its answer.
+function served(t) {
+  const its = t.iterations || [];
+  if (Number.isInteger(t.served) && its[t.served]) return its[t.served];
+  return [...its].reverse().find(it => it.answer === t.answer) || its[its.length - 1] || {findings: []};
+}
+
+// What the checks said of each cited id in the served answer: fabricated (not in the corpus) or unsupported.
+function citationProblems(t) {
+  const problems = new Map();
+  for (const f of served(t).findings || []) {
+    const c = f.citation;
+    if (!c || !["fabricated", "unsupported"].includes(c.kind)) continue;
+    for (const id of String(c.passage_id || "").split(",").filter(Boolean)) {
+      problems.set(id, c.kind === "fabricated" ? "not in the corpus (fabricated)" : `does not support “${c.sentence}”`);
+    }
+  }
+  return problems;
+}
+
+// The served answer with each [id] as a numbered footnote: the passage's title and text, or a warning mark.
+function answerWithFootnotes(t) {
+  const text = t.final_response || "(no answer)";
+  const it = served(t);
+  const passages = new Map([...(t.cited || []), ...(it.cited || [])].map(p => [p.id, p]));
+  const problems = citationProblems(t);
+  const numbers = new Map();
+  const nodes = [];
+  let at = 0;
+  for (const m of text.matchAll(CITE_RE)) {
+    nodes.push(text.slice(at, m.index).replace(/\s+$/, ""));
+    if (!numbers.has(m[1])) numbers.set(m[1], numbers.size + 1);
+    const n = numbers.get(m[1]);
+    const bad = problems.has(m[1]) || !passages.has(m[1]);
+    nodes.push(el("sup", {class: bad ? "cite bad" : "cite"}, el("a", {href: `#fn-${t.id}-${n}`, title: m[1]}, `${bad ? "⚠" : ""}${n}`)));
+    at = m.index + m[0].length;
+  }
+  nodes.push(text.slice(at));
+  const out = [el("div", {class: "final", "data-testid": "final"}, ...nodes)];
+  if (numbers.size) {
+    out.push(el("ol", {class: "footnotes", "data-testid": "footnotes"}, ...[...numbers].map(([id, n]) => {
+      const p = passages.get(id);
+      const problem = problems.get(id) || (p ? null : "not in the corpus");
+      return el("li", {id: `fn-${t.id}-${n}`, class: problem ? "bad" : "", "data-testid": "footnote"},
+                problem ? el("span", {class: "warn-mark", "data-testid": "citation-warning", title: problem}, "⚠ ") : "",
+                p ? el("strong", {}, p.title) : el("strong", {}, id), p ? ` — ${p.text}` : "",
+                problem ? el("span", {class: "small"}, ` (${problem}; id ${id})`) : el("span", {class: "small"}, ` [${id}]`));
+    })));
+  }
+  return out;
 }
 
 function questionForm(t) {
@@ -194,14 +256,13 @@ function questionForm(t) {
 }
 
 function proof(t) {
-  const last = t.iterations[t.iterations.length - 1] || {findings: []};
-  const valid = last.findings.filter(f => f.result === "VALID");
+  const valid = served(t).findings.filter(f => f.result === "VALID");
   const items = valid.map(f => el("div", {class: "iteration"},
     el("div", {}, "Given: ", statements(f.translation && f.translation.premises)),
     el("div", {}, "Claimed: ", statements(f.translation && f.translation.claims)),
     el("div", {}, "Because:"),
     el("ul", {}, ...f.supporting_rules.map(id => el("li", {}, (f.rules && f.rules[id]) || id)))));
-  return el("div", {class: "proof hidden", "data-testid": "proof"},
+  return el("div", {class: "proof", "data-testid": "proof"},
             el("strong", {}, "Why this answer holds"), ...items);
 }
 
@@ -225,10 +286,20 @@ function findingsTable(findings) {
        f.citation ? el("div", {class: "small"}, `${f.citation.sentence} [${f.citation.passage_id}] ${f.citation.detail}`) : ""),
     el("td", {}, f.claims_true_scenario ? el("div", {}, "true: " + scenario(f.claims_true_scenario)) : "",
        f.claims_false_scenario ? el("div", {}, "false: " + scenario(f.claims_false_scenario)) : "",
-       ...(f.difference_scenarios || []).map((s, i) => el("div", {}, `reading ${i + 1}: ` + scenario(s))),
+       ...readings(f),
        f.detail ? el("div", {class: "small"}, f.detail) : "")));
   return el("table", {class: "findings"},
             el("tr", {}, ...["result", "premises", "claims", "rules", "scenarios"].map(h => el("th", {}, h))), ...rows);
+}
+
+// A TRANSLATION_AMBIGUOUS finding's competing readings: what each translation says, and its scenario.
+function readings(f) {
+  const options = f.options || [];
+  const n = Math.max(options.length, (f.difference_scenarios || []).length);
+  return Array.from({length: n}, (_, i) => el("div", {class: "reading", "data-testid": "reading"},
+    el("strong", {}, `reading ${i + 1}: `),
+    (options[i] || []).map(tr => `${statements(tr.premises)} ⇒ ${statements(tr.claims)}`).join(" / "),
+    f.difference_scenarios && f.difference_scenarios[i] ? el("div", {class: "small"}, "scenario: " + scenario(f.difference_scenarios[i])) : ""));
 }
 
 function debugPanel(t) {
@@ -237,6 +308,7 @@ function debugPanel(t) {
                 + (it.decision ? ` · decision ${it.decision.kind}${it.decision.parsed ? "" : " (unparsed)"}` : "")),
     it.prompt ? el("details", {}, el("summary", {}, "prompt sent"), el("pre", {}, it.prompt)) : "",
     el("div", {}, "answer: ", el("code", {}, it.answer)),
+    it.raw ? el("div", {}, "raw model reply:", el("pre", {class: "raw", "data-testid": "raw-reply"}, it.raw)) : "",
     it.search ? el("div", {class: "small"}, `searches: ${(it.search.queries || []).join(" | ") || "none"} · cited: ${(it.search.citations || []).join(", ") || "none"} · stop: ${it.search.stop_reason}`) : "",
     it.premises_text ? el("details", {}, el("summary", {}, "premise text (question, clarifications, cited passages)"), el("pre", {}, it.premises_text)) : "",
     findingsTable(it.findings),
@@ -254,8 +326,7 @@ async function refreshThreads() {
   try { list = (await api("GET", "/api/threads?limit=30")).threads; }
   catch (e) { $("#thread-list").replaceChildren(el("li", {class: "small"}, "The thread list needs a reviewer's or the admin token.")); return; }
   $("#thread-list").replaceChildren(...list.map(t => el("li", {
-      onclick: () => { if (!shown.has(t.id)) { const m = addMessage(t.id, t.prompt); track(t.id, m); }
-                       shown.get(t.id).scrollIntoView({behavior: "smooth"}); }},
+      onclick: () => openThread(t.id, t.prompt)},
     el("span", {class: `badge ${t.badge || ""}`}, t.badge || t.status), t.prompt.slice(0, 70))));
   refreshReviewCount();
 }
@@ -278,9 +349,18 @@ async function loadReviews() {
     const override = el("input", {type: "checkbox", "data-testid": "review-override"});
     const reason = el("input", {type: "text", placeholder: "reason (needed with override)", "data-testid": "review-reason"});
     const problem = el("div", {class: "error", "data-testid": "review-error"});
-    const body = [el("div", {}, el("span", {class: "badge SATISFIABLE"}, r.reason), ` #${r.id} · thread ${r.thread_id || "-"} · ${r.status}`),
+    const th = r.thread || {};
+    const body = [el("div", {}, el("span", {class: "badge SATISFIABLE"}, r.reason), ` #${r.id} · ${r.status} · `,
+                     r.thread_id ? el("a", {href: `#thread/${r.thread_id}`, "data-testid": "review-thread",
+                                            onclick: (ev) => { ev.preventDefault(); openThread(r.thread_id, r.data.question || ""); }},
+                                      `open thread ${r.thread_id}`) : "no thread"),
                   el("div", {}, "Question: ", r.data.question || ""),
-                  el("div", {}, "Sentence: ", el("code", {}, r.data.sentence || r.data.answer || "")),
+                  el("div", {"data-testid": "review-finding"}, "Finding: ", reviewFinding(r)),
+                  el("div", {"data-testid": "review-answer"}, "Answer served: ",
+                     th.badge ? el("span", {class: `badge ${th.badge_style || th.badge}`}, badgeText(th)) : "",
+                     el("code", {}, th.final_response || r.data.answer || "(none)")),
+                  r.data.sentence && r.data.sentence !== (th.final_response || r.data.answer)
+                    ? el("div", {}, "Sentence: ", el("code", {}, r.data.sentence)) : "",
                   r.data.passage_ids ? el("div", {class: "small"}, "cites " + r.data.passage_ids.join(", ")) : ""];
     if (r.status === "pending") {
       body.push(el("div", {class: "actions"}, verdict, el("button", {"data-testid": "review-submit", onclick: async () => {
@@ -298,14 +378,31 @@ async function loadReviews() {
   }));
 }
 
-for (const tab of document.querySelectorAll(".tab")) {
-  tab.addEventListener("click", () => {
-    document.querySelectorAll(".tab").forEach(t => t.classList.toggle("active", t === tab));
-    $("#chat-view").classList.toggle("hidden", tab.dataset.tab !== "chat");
-    $("#reviews-view").classList.toggle("hidden", tab.dataset.tab !== "reviews");
-    if (tab.dataset.tab === "reviews") loadReviews();
-  });
+// What the checker found that put the item in the queue.
+function reviewFinding(r) {
+  const d = r.data;
+  if (r.reason === "max_iterations") return `${d.result || "not valid"} after ${d.rewrites ?? "?"} rewrite(s)`;
+  return [`citation ${r.reason}`, d.second_judge ? `second judge: ${d.second_judge}` : "", d.detail || ""].filter(Boolean).join(" · ");
 }
+
+function showTab(name) {
+  document.querySelectorAll(".tab").forEach(t => t.classList.toggle("active", t.dataset.tab === name));
+  $("#chat-view").classList.toggle("hidden", name !== "chat");
+  $("#reviews-view").classList.toggle("hidden", name !== "reviews");
+  if (name === "reviews") loadReviews();
+}
+
+// Show one thread in the chat view (from the thread list, a review item or a #thread/<id> link).
+function openThread(id, prompt) {
+  showTab("chat");
+  if (!shown.has(id)) track(id, addMessage(id, prompt || `thread ${id}`));
+  history.replaceState(null, "", `#thread/${id}`);
+  shown.get(id).scrollIntoView({behavior: "smooth"});
+}
+
+for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => showTab(tab.dataset.tab));
+const linked = location.hash.match(/^#thread\/([A-Za-z0-9]+)$/);
+if (linked) openThread(linked[1]);
 
 showToken();
 loadConfig().then(refreshThreads).catch(e => { $("#mode").textContent = e.message; });
