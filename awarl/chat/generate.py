@@ -15,6 +15,7 @@ exponential backoff), which ends the thread in ERROR instead of hanging it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -223,6 +224,10 @@ class AgentGenerator:
         self.timeout_s = timeout_s
         self.phrases = tuple(self.rollout.phrases)
         self._runners: dict[float, Any] = {}
+        # Sampling is seeded per rollout id (awarl.agent.runner.rollout_seed), so every request gets an id
+        # of its own: a resample of the same question draws a new answer, and a restarted server repeats
+        # the same sequence of draws.
+        self._requests = itertools.count()
         self._queue = GenerationQueue(self._batch, max_batch=max_batch)
 
     def close(self) -> None:
@@ -262,7 +267,8 @@ class AgentGenerator:
         for i, (_, temp) in enumerate(payloads):
             by_temp.setdefault(temp, []).append(i)
         for temp, idx in by_temp.items():
-            rollouts = [Rollout(QARecord(id=f"chat-{i}", question=payloads[i][0], answers=[""], dataset="chat")) for i in idx]
+            rollouts = [Rollout(QARecord(id=f"chat-{next(self._requests)}", question=payloads[i][0], answers=[""],
+                                         dataset="chat")) for i in idx]
             trajs = self._runner(temp).run(rollouts)
             for i, t in zip(idx, trajs):
                 # No <answer> block (a broken tool call, a spent budget) is no answer: it is never checked
