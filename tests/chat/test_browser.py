@@ -248,6 +248,8 @@ def test_the_page_citations_proof_debug_questions_config_and_reviews(server, tmp
             page.reload()  # the address alone opens the thread
             opened = page.locator(f'.msg.bot[data-thread="{thread_id}"]')
             expect_badge(expect, manager, opened, "INVALID")
+            expect(page.locator(".msg.user").first).to_contain_text(other.question)
+            expect(page.locator("#cfg-policy")).to_have_value("world")
             expect(opened.get_by_test_id("citation-warning")).to_have_count(warned)
             page.screenshot(path=str(shots / "review_thread.png"), full_page=True)
         finally:

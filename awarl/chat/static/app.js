@@ -149,6 +149,8 @@ async function poll(threadId) {
 function render(t) {
   const box = shown.get(t.id);
   if (!box) return;
+  const user = box.previousElementSibling;  // a thread opened by its id shows its own question
+  if (user && user.dataset.placeholder) { user.replaceChildren(el("div", {class: "who"}, "You"), t.prompt); delete user.dataset.placeholder; }
   const parts = [el("div", {class: "who"}, `Assistant · thread ${t.id}`)];
   if (t.status === "PROCESSING") {
     parts.push(el("div", {class: "status", "data-testid": "status"}, `Working: ${t.state} (iteration ${t.iterations.length}, rewrites ${t.rewrites})`));
@@ -292,14 +294,13 @@ function findingsTable(findings) {
             el("tr", {}, ...["result", "premises", "claims", "rules", "scenarios"].map(h => el("th", {}, h))), ...rows);
 }
 
-// A TRANSLATION_AMBIGUOUS finding's competing readings: what each translation says, and its scenario.
+// A TRANSLATION_AMBIGUOUS finding's competing readings (what each translation says), then the scenarios
+// the checker found where one reading holds and the other does not.
 function readings(f) {
-  const options = f.options || [];
-  const n = Math.max(options.length, (f.difference_scenarios || []).length);
-  return Array.from({length: n}, (_, i) => el("div", {class: "reading", "data-testid": "reading"},
-    el("strong", {}, `reading ${i + 1}: `),
-    (options[i] || []).map(tr => `${statements(tr.premises)} ⇒ ${statements(tr.claims)}`).join(" / "),
-    f.difference_scenarios && f.difference_scenarios[i] ? el("div", {class: "small"}, "scenario: " + scenario(f.difference_scenarios[i])) : ""));
+  const options = (f.options || []).map((opt, i) => el("div", {class: "reading", "data-testid": "reading"},
+    el("strong", {}, `reading ${i + 1}: `), opt.map(tr => `${statements(tr.premises)} ⇒ ${statements(tr.claims)}`).join(" / ")));
+  const differ = (f.difference_scenarios || []).map(s => el("div", {class: "small"}, "the readings differ in: " + scenario(s)));
+  return [...options, ...differ];
 }
 
 function debugPanel(t) {
@@ -327,7 +328,7 @@ async function refreshThreads() {
   catch (e) { $("#thread-list").replaceChildren(el("li", {class: "small"}, "The thread list needs a reviewer's or the admin token.")); return; }
   $("#thread-list").replaceChildren(...list.map(t => el("li", {
       onclick: () => openThread(t.id, t.prompt)},
-    el("span", {class: `badge ${t.badge || ""}`}, t.badge || t.status), t.prompt.slice(0, 70))));
+    el("span", {class: `badge ${t.badge_style || t.badge || ""}`}, badgeText(t)), t.prompt.slice(0, 70))));
   refreshReviewCount();
 }
 
@@ -395,7 +396,11 @@ function showTab(name) {
 // Show one thread in the chat view (from the thread list, a review item or a #thread/<id> link).
 function openThread(id, prompt) {
   showTab("chat");
-  if (!shown.has(id)) track(id, addMessage(id, prompt || `thread ${id}`));
+  if (!shown.has(id)) {
+    const msg = addMessage(id, prompt || `thread ${id}`);
+    if (!prompt) msg.user.dataset.placeholder = "1";
+    track(id, msg);
+  }
   history.replaceState(null, "", `#thread/${id}`);
   shown.get(id).scrollIntoView({behavior: "smooth"});
 }
