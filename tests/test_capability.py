@@ -217,7 +217,7 @@ def test_bad_input_is_reported_clearly(prepared, tiny_sft_model_dir, tmp_path):
     assert res.exit_code == 1 and "does not exist" in res.output
     res = cli.invoke(app, ["capability", "estimate", "--model", "x", "--data", str(prepared), "--out", "o.jsonl",
                            "--shard", "2/2"])
-    assert res.exit_code == 1 and "0 <= i < n" in res.output
+    assert res.exit_code == 2 and "error: --shard must be i/n with 0 <= i < n, got '2/2'" in res.output
     write_jsonl(tmp_path / "k4.jsonl", [{"id": "a", "p": 0.5, "capability": {"k": 4}}])
     with pytest.raises(DataError, match="estimated with k=4, this run uses k=2"):
         read_done(tmp_path / "k4.jsonl", CapabilityConfig(model="x", data=prepared, out=tmp_path / "o.jsonl", k=2))

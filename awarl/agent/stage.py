@@ -32,6 +32,7 @@ from typing import Any
 
 from awarl.agent.settings import RolloutSettings
 from awarl.data.records import DataError, QARecord, append_rows, drop_torn_tail, iter_jsonl
+from awarl.errors import ConfigError
 
 CHUNK_POOLS = 4
 """A chunk holds about this many pool-fulls (``max_concurrent``) of rollouts: larger chunks keep the
@@ -71,11 +72,11 @@ class StageConfig:
 
     def __post_init__(self) -> None:
         if self.max_concurrent < 1:
-            raise ValueError(f"max_concurrent must be >= 1, got {self.max_concurrent}")
+            raise ConfigError(f"max_concurrent must be >= 1, got {self.max_concurrent}")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
         if self.chunk is not None and self.chunk < 1:
-            raise ValueError(f"chunk must be >= 1, got {self.chunk}")
+            raise ConfigError(f"chunk must be >= 1, got {self.chunk}")
 
     def chunk_size(self, samples: int) -> int:
         """Records per chunk when each record has ``samples`` rollouts."""

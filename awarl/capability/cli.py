@@ -12,8 +12,6 @@ from awarl.agent.settings import RolloutSettings
 from awarl.capability.estimate import CapabilityConfig, estimate
 from awarl.capability.shards import merge, parse_shard
 from awarl.capability.summary import summarize
-from awarl.cli_errors import fail
-from awarl.data.records import DataError
 
 app = typer.Typer(no_args_is_help=True)
 console = Console(stderr=True)
@@ -43,18 +41,12 @@ def estimate_command(
 
     Run it on the checkpoint GRPO starts from, with --config the training recipe, so that p_i describes the agent training shapes (the rows record the settings; `awarl train grpo` refuses others).
     """
-    from awarl.llm.base import BackendError
-    from awarl.search.retriever import SearchError
-
-    try:
-        config = CapabilityConfig(
-            model=model, data=data, out=out, rollout=rollout, k=k, temperature=temperature, shard=parse_shard(shard),
-            max_concurrent=concurrency, chunk=chunk, seed=seed, trajectories=trajectories, backend_options=backend_options,
-            **retrieval,
-        )
-        result = estimate(config, progress=not no_progress)
-    except (DataError, BackendError, SearchError, ValueError) as exc:
-        fail(exc)
+    config = CapabilityConfig(
+        model=model, data=data, out=out, rollout=rollout, k=k, temperature=temperature, shard=parse_shard(shard),
+        max_concurrent=concurrency, chunk=chunk, seed=seed, trajectories=trajectories, backend_options=backend_options,
+        **retrieval,
+    )
+    result = estimate(config, progress=not no_progress)
     rate = result.rollouts / result.seconds if result.seconds else 0.0
     typer.echo(f"{result.estimated} queries estimated ({result.rollouts} rollouts, {rate:.2f} rollouts/s), "
                f"{result.skipped} already done, {result.total} in total -> {result.out}")
@@ -73,8 +65,5 @@ def merge_command(
 ) -> None:
     """Join `estimate --shard i/n` outputs into one file."""
     files = list(shards or sorted(out.parent.glob(f"{out.stem}.shard*of*{out.suffix or '.jsonl'}")))
-    try:
-        n = merge(files, out, data)
-    except DataError as exc:
-        fail(exc)
+    n = merge(files, out, data)
     typer.echo(f"merged {len(files)} shard(s): {n} rows -> {out}")

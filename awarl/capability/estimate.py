@@ -11,6 +11,7 @@ from typing import Any
 from awarl.agent.stage import OutputLock, StageConfig, read_rows, run_stage
 from awarl.data.records import DataError, QARecord, drop_torn_tail, iter_jsonl, load_records, write_jsonl
 from awarl.capability.shards import shard_path
+from awarl.errors import ConfigError
 
 
 @dataclass
@@ -32,13 +33,13 @@ class CapabilityConfig(StageConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {self.k}")
+            raise ConfigError(f"k must be >= 1, got {self.k}")
         if self.temperature <= 0 and self.k > 1:
-            raise ValueError(f"k={self.k} rollouts at temperature {self.temperature} would all be the same; use temperature > 0")
+            raise ConfigError(f"k={self.k} rollouts at temperature {self.temperature} would all be the same; use temperature > 0")
         if self.shard is not None:
             i, n = self.shard
             if not 0 <= i < n:
-                raise ValueError(f"shard must be i/n with 0 <= i < n, got {i}/{n}")
+                raise ConfigError(f"shard must be i/n with 0 <= i < n, got {i}/{n}")
 
 
 def read_done(path: Path, config: CapabilityConfig | None = None) -> dict[str, dict[str, Any]]:

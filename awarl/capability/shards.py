@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from awarl.data.records import DataError, iter_jsonl, load_records, write_jsonl
+from awarl.errors import ConfigError
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """``"1/4"`` → ``(1, 4)``.
+    """``"1/4"`` → ``(1, 4)``; anything else is a `ConfigError` (a bad command line: exit code 2).
 
     >>> parse_shard("1/4")
     (1, 4)
@@ -22,9 +23,9 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     try:
         i, n = (int(x) for x in text.split("/"))
     except ValueError:
-        raise ValueError(f"shard must look like i/n (e.g. 0/4), got {text!r}") from None
+        raise ConfigError(f"--shard must look like i/n (e.g. 0/4), got {text!r}") from None
     if not 0 <= i < n:
-        raise ValueError(f"shard must be i/n with 0 <= i < n, got {text!r}")
+        raise ConfigError(f"--shard must be i/n with 0 <= i < n, got {text!r}")
     return i, n
 
 

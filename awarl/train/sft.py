@@ -171,8 +171,6 @@ def to_dataset(conversations: Sequence[list[dict]], tools: Sequence[dict]):
     types would not fit one Arrow column type)."""
     from datasets import Dataset
 
-    if not conversations:
-        raise ValueError("no SFT conversations to train on")
     tools_json = json.dumps(list(tools))
     return Dataset.from_list([{"messages": c, "tools": tools_json} for c in conversations])
 
@@ -238,6 +236,9 @@ def build_trainer(config: TrainConfig, output_dir: str | Path, on_log: Callable[
     data = build_sft_data(config)
     if data.skipped:
         log.warning("SFT data: left out %s", ", ".join(f"{n} ({why})" for why, n in data.skipped.items()))
+    if not data.conversations:
+        raise DataError(config.data.records, "-", "no SFT conversations to train on (every record was left out, "
+                        "or there are none); check sft.source and its inputs")
     dataset = to_dataset(data.conversations, [search_tool_schema()])
     model, tokenizer = load_model_and_tokenizer(config, config.sft.init_from or config.model.path)
     return SFTTrainer(
