@@ -191,11 +191,13 @@ class Validator:
         self.corpus = corpus
         self.corrections = corrections or Corrections([])
         self.judge = LexicalJudge() if judge == "lexical" else judge
+        self._about_cache: dict[str, dict[str, set[Any]]] = {}
 
     def validate(self, question: str, clarifications: Sequence[Clarification], answer: str,
                  evidence: Sequence[Mapping[str, str]], review_sink: Any = None) -> Validation:
         started = time.perf_counter()
-        premises = premise_text(question, clarifications, evidence)
+        bound, namesakes = self._unambiguous(evidence)
+        premises = premise_text(question, clarifications, bound)
         claims = claim_text(answer)
         findings = check(self.policy, premises, claims, self.translator, reasoner=self.reasoner)
         given = self._given(question, clarifications, findings)
@@ -206,7 +208,43 @@ class Validator:
             findings += gate.check(question, answer)
         else:  # no corpus: citations cannot be checked, known errors still can
             findings += [Finding(Result.INVALID, citation=i, detail=f"citation: {i.kind}") for i in check_corrections(answer, corrections)]
-        return Validation(findings, premises, claims, time.perf_counter() - started, solver, given)
+        extras = {"namesakes": namesakes} if namesakes else {}
+        return Validation(findings, premises, claims, time.perf_counter() - started, solver, given, extras)
+
+    def _unambiguous(self, evidence: Sequence[Mapping[str, str]]) -> tuple[list[Mapping[str, str]], list[dict[str, Any]]]:
+        """The cited passages that may be premises, and the namesakes that kept the others out.
+
+        A passage binds its subject by name only ("Talo Nast was born in Elbo."); when another corpus
+        passage gives the same name a different value of the same variable ("Talo Nast was born in
+        Dorin."), the name means more than one entity and the passage proves nothing about the one
+        asked: it is left out of the premises and reported (``variable``, ``subject``, ``values``)."""
+        about = getattr(self.translator.inner, "about", None)
+        if self.corpus is None or about is None:
+            return list(evidence), []
+        kept, namesakes = [], []
+        for p in evidence:
+            clashes = [(var, value, subject, others) for var, value, subject in about(p.get("text", ""), self.policy)
+                       if (others := self._rival_values(var, subject, about) - {value})]
+            if not clashes:
+                kept.append(p)
+            for var, value, subject, others in clashes:
+                namesakes.append({"passage": p.get("id"), "variable": var, "subject": subject,
+                                  "values": [value, *sorted(map(str, others))]})
+        return kept, namesakes
+
+    def _rival_values(self, var: str, subject: str, about: Any) -> set[Any]:
+        """Every value the corpus gives ``var`` for ``subject`` (cached per subject)."""
+        cache = self._about_cache
+        if subject not in cache:
+            assert self.corpus is not None
+            found: dict[str, set[Any]] = {}
+            for passage in self.corpus.values():
+                if subject in " ".join(passage.text.split()).casefold():
+                    for v, value, s in about(passage.text, self.policy):
+                        if s == subject:
+                            found.setdefault(v, set()).add(value)
+            cache[subject] = found
+        return set(cache[subject].get(var, set()))
 
     def _given(self, question: str, clarifications: Sequence[Clarification], findings: Sequence[Finding]) -> list[str]:
         """The user's statements among the premises of the VALID findings, in their words."""

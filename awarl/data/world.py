@@ -271,7 +271,9 @@ def policy_yaml(world: World) -> str:
     """A verifier policy (configs/policies format) over the world's facts, as the corpus states them.
 
     Premises come from the question (which relation it asks about) and from the cited passages
-    (``born in <C>``, ``lives in <C>``); the claim is the place the answer names. Rules map each
+    (``<P> was born in <C>``, ``<P> lives in <C>``); each pattern names its person in a ``subject``
+    group, so a passage about someone else is no premise (`awarl.verify.translate`); the claim is
+    the place the answer names. Rules map each
     city to its country (only links the corpus holds: an answer about a city whose country no
     passage states can be SATISFIABLE at best, never VALID) and the asked relation to the answer.
     """
@@ -291,12 +293,12 @@ def policy_yaml(world: World) -> str:
     variables: list[dict[str, Any]] = [{
         "name": "asked", "type": "Relation", "role": "premise",
         "description": "Which of the person's places the question asks about.",
-        "patterns": [{"regex": rf"\b{top} (?:was|is) .+ born\b", "value": "birth"},
-                     {"regex": rf"\b{top} (?:does|do) .+ live\b", "value": "residence"}]}]
-    for rel, var, verb in (("birth", "birth", "born in"), ("residence", "home", "lives in")):
+        "patterns": [{"regex": rf"\b{top} (?:was|is) (?P<subject>.+) born\b", "value": "birth"},
+                     {"regex": rf"\b{top} (?:does|do) (?P<subject>.+) live\b", "value": "residence"}]}]
+    for rel, var, verb in (("birth", "birth", "(?: was| is)? born in"), ("residence", "home", " lives in")):
         variables.append({"name": f"{var}_city", "type": "City", "role": "premise",
                           "description": f"The city of the person's {rel}, as a cited passage states it.",
-                          "patterns": [{"regex": rf"\b{verb} {c}\b", "value": c} for c in places["city"]]})
+                          "patterns": [{"regex": rf"(?P<subject>\b\w+ \w+){verb} {c}\b", "value": c} for c in places["city"]]})
         for lvl in levels[1:]:
             variables.append({"name": f"{var}_{lvl}", "type": lvl.capitalize(), "role": "any",
                               "description": f"The {lvl} of the person's {rel} (follows from the city).",

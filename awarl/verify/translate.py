@@ -2,7 +2,11 @@
 
 - `PatternTranslator` reads the ``patterns`` each variable declares in the policy. Deterministic
   and offline. The question gives premises; each answer sentence that sets a claim variable
-  becomes one statement (its claims, plus every premise found anywhere).
+  becomes one statement (its claims, plus every premise found anywhere). A pattern whose regex
+  has a ``(?P<subject>…)`` group names the entity its statement is about; every premise binds to
+  the subject the premise text names first (the question's person), and one about another
+  entity ("Ulla Dusk lives in Dorin." for a question about Talo Nast) is not a premise: it is
+  reported among the untranslated premises, so it can never make a claim VALID.
 - `LLMTranslator` asks any generation backend for structured JSON, N samples; the confidence is
   the share of samples SMT-equivalent to the leading one; below the threshold the result is an
   `Ambiguity` with the two leading options.
@@ -61,6 +65,17 @@ class _Match:
     value: Any
     role: str
     text: str
+    subject: str | None = None
+    """The entity the statement is about (the pattern's ``subject`` group), normalised by `subject_key`."""
+
+
+def subject_key(text: str) -> str:
+    """How subjects compare: case and spacing ignored.
+
+    >>> subject_key("  Talo   NAST ")
+    'talo nast'
+    """
+    return " ".join(text.split()).casefold()
 
 
 class PatternTranslator:
@@ -82,17 +97,20 @@ class PatternTranslator:
         deadline = time.monotonic() + self.timeout_ms / 1000.0
         premises: list[Statement] = []
         untranslated_premises: list[str] = []
+        bind = _SubjectBinding()
         for sentence in split_sentences(question):
-            matches = [m for m in self._read(sentence, policy, deadline) if m.role != "claim"]
+            read = [m for m in self._read(sentence, policy, deadline) if m.role != "claim"]
+            matches = [m for m in read if bind.keeps(m, untranslated_premises)]
             _add(premises, [self._statement(policy, m) for m in matches])
-            if not matches:
+            if not read:
                 untranslated_premises.append(sentence)
 
         per_sentence: list[list[Statement]] = []
         untranslated_claims: list[str] = []
         for sentence in split_sentences(answer):
             matches = self._read(sentence, policy, deadline)
-            _add(premises, [self._statement(policy, m) for m in matches if m.role == "premise"])
+            _add(premises, [self._statement(policy, m) for m in matches
+                            if m.role == "premise" and bind.keeps(m, untranslated_premises)])
             claims = [self._statement(policy, m) for m in matches if m.role != "premise"]
             if claims:
                 per_sentence.append(claims)
@@ -109,6 +127,12 @@ class PatternTranslator:
             for claims in per_sentence
         ]
 
+    def about(self, text: str, policy: Policy) -> list[tuple[str, Any, str]]:
+        """``(variable, value, subject)`` of each premise in ``text`` that names its subject."""
+        deadline = time.monotonic() + self.timeout_ms / 1000.0
+        return [(m.name, m.value, m.subject) for sentence in split_sentences(text)
+                for m in self._read(sentence, policy, deadline) if m.subject is not None and m.role != "claim"]
+
     def _read(self, sentence: str, policy: Policy, deadline: float) -> list[_Match]:
         found: list[_Match] = []
         for var in policy.variables:
@@ -123,7 +147,8 @@ class PatternTranslator:
                     value: Any = int(round(number)) if policy.kind(var.name) == "int" else number
                 else:
                     value = pattern.value
-                found.append(_Match(var.name, value, var.role, m.group(0)))
+                subject = m.groupdict().get("subject")
+                found.append(_Match(var.name, value, var.role, m.group(0), subject_key(subject) if subject else None))
                 break
         return found
 
@@ -142,6 +167,24 @@ class PatternTranslator:
     @staticmethod
     def _statement(policy: Policy, m: _Match) -> Statement:
         return Statement(logic=policy.assignment(m.name, m.value), natural_language=m.text)
+
+
+class _SubjectBinding:
+    """The subject of one check: the first one a subject-bearing premise names (the question comes
+    first in the premise text). A premise about another subject is kept out and reported."""
+
+    def __init__(self) -> None:
+        self.subject: str | None = None
+
+    def keeps(self, m: _Match, untranslated: list[str]) -> bool:
+        if m.subject is None:
+            return True
+        if self.subject is None:
+            self.subject = m.subject
+        if m.subject == self.subject:
+            return True
+        untranslated.append(f"{m.text} (about {m.subject}, not {self.subject})")
+        return False
 
 
 def _number(text: str | None, scale: float) -> float | None:

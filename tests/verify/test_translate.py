@@ -39,6 +39,35 @@ def test_pattern_translator_reads_premises_from_the_question_and_claims_per_sent
     assert first.confidence == 1.0
 
 
+SUBJECT_POLICY = {
+    "version": "1.0",
+    "variables": [
+        {"name": "member", "type": "bool", "role": "premise", "description": "the asker is a member",
+         "patterns": [{"regex": r"(?P<subject>\b\w+) is a member\b", "value": True}]},
+        {"name": "discount", "type": "bool", "role": "claim", "description": "a discount applies",
+         "patterns": [{"phrase": "you get a discount", "value": True}]},
+    ],
+    "rules": [{"id": "members", "expression": "(=> member discount)", "description": "Members get a discount."}],
+}
+
+
+def test_pattern_translator_binds_premises_to_the_first_subject_named(tmp_path):
+    import yaml
+
+    path = tmp_path / "subject.yaml"
+    path.write_text(yaml.safe_dump(SUBJECT_POLICY), encoding="utf-8")
+    policy = load_policy(path)
+    own = check(policy, "Ann is a member. Does Ann get a discount?", "Yes, you get a discount.", PatternTranslator())
+    assert aggregate(own) is Result.VALID
+    [item] = PatternTranslator().translate("ANN asks. ann is a member.\nBob is a member.", "You get a discount.", policy)
+    assert [s.logic for s in item.premises] == ["member"]
+    assert "Bob is a member (about bob, not ann)" in item.untranslated_premises
+    other = check(policy, "Cat is here? Bob is a member.", "You get a discount.", PatternTranslator())
+    assert aggregate(other) is Result.VALID  # nothing names another subject first: Bob binds
+    mixed = check(policy, "Ann is late. Bob is a member.", "You get a discount.", PatternTranslator())
+    assert aggregate(mixed) is Result.VALID
+
+
 def test_pattern_translator_negations_win_over_plain_phrases(pricing):
     [t] = PatternTranslator().translate("I am not a member.", "You will pay for shipping.", pricing)
     assert [s.logic for s in t.premises] == ["(= tier none)"]

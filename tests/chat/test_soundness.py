@@ -1,0 +1,75 @@
+"""Sound checks on the world policy: a premise read from a cited passage binds the entities it names.
+
+An answer that cites another person's passage, a namesake's passage or a near-miss city's country
+is never VALID (real Z3 checks on a generated world's policy and corpus)."""
+
+from __future__ import annotations
+
+import pytest
+
+from awarl.chat.validate import Validator
+from awarl.data.world import WorldConfig, generate_world, policy_yaml
+from awarl.verify.findings import Result, aggregate
+
+
+def _validator(world, tmp_path) -> Validator:
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy_yaml(world), encoding="utf-8")
+    return Validator(path, corpus={p.id: p for p in world.passages})
+
+
+def _result(v: Validator, world, question: str, country: str, pids: list[str]):
+    cited = [{"id": p, "title": world.passage(p).title, "text": world.passage(p).text} for p in pids]
+    answer = f"<answer>{country}</answer> " + " ".join(f"[{p}]" for p in pids)
+    check = v.validate(question, [], answer, cited)
+    return aggregate(check.findings), check
+
+
+@pytest.fixture(scope="module")
+def world_v2():
+    return generate_world(WorldConfig(version=2, persons=60, cities=8, countries=4, seed=0))
+
+
+def _relation_pid(world, key: str, rel: str) -> str:
+    return world.fact_passage[(key, rel)]
+
+
+def test_another_persons_passage_proves_nothing(world, tmp_path):
+    v = _validator(world, tmp_path)
+    q = next(q for q in world.questions if q.answerable and q.relation == "lives")
+    other = next(p for p in world.persons if p.name != q.person and world.parent.get(p.lives) not in (None, q.answer)
+                 and p.lives not in world.absent)
+    wrong = world.parent[other.lives]
+    pids = [_relation_pid(world, other.name, "lives"), world.fact_passage[(other.lives, "in")]]
+    result, check = _result(v, world, q.question, wrong, pids)
+    assert result is not Result.VALID and result is not None
+    assert any(f"about {other.name.lower()}" in u for f in check.findings if f.translation
+               for u in f.translation.untranslated_premises)
+    right, _ = _result(v, world, q.question, q.answer, list(world.supporting(q)))  # the control: its own passages prove it
+    assert right is Result.VALID
+
+
+def test_a_namesakes_passage_is_not_a_premise(world_v2, tmp_path):
+    v = _validator(world_v2, tmp_path)
+    names = [p.name for p in world_v2.persons]
+    q = next(q for q in world_v2.questions if q.answerable and names.count(q.person) > 1)
+    rel = q.relation
+    other = next(p for p in world_v2.persons if p.name == q.person and p.key != q.subject
+                 and world_v2.parent.get(getattr(p, rel)) and getattr(p, rel) not in world_v2.absent)
+    city = getattr(other, rel)
+    pids = [_relation_pid(world_v2, other.key, rel), world_v2.fact_passage[(city, "in")]]
+    result, check = _result(v, world_v2, q.question, world_v2.parent[city], pids)
+    assert result is not Result.VALID
+    [clash] = [n for n in check.extras["namesakes"] if n["passage"] == pids[0]]
+    assert clash["subject"] == q.person.lower() and city in clash["values"] and q.chain[0] in clash["values"]
+    gold, _ = _result(v, world_v2, q.question, q.answer, list(world_v2.supporting(q)))
+    assert gold is not Result.VALID  # the name alone does not say which namesake is asked about
+
+
+def test_a_near_miss_citys_country_is_not_the_persons(world_v2, tmp_path):
+    v = _validator(world_v2, tmp_path)
+    q = next(q for q in world_v2.questions if q.kind == "near_miss_variant")
+    variant = q.cues["variant"]
+    pids = [_relation_pid(world_v2, q.subject or q.person, q.relation), world_v2.fact_passage[(variant, "in")]]
+    result, _ = _result(v, world_v2, q.question, world_v2.parent[variant], pids)
+    assert result is not Result.VALID
