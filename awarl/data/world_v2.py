@@ -145,9 +145,31 @@ def generate_world_v2(config: WorldConfig) -> World:
     n_sft, n_rl = round(config.split[0] * config.persons), round(config.split[1] * config.persons)
     sizes = {"sft": n_sft, "rl": n_rl, "eval": config.persons - n_sft - n_rl}
     plans = {s: _plan_split(sizes[s], config, rng) for s in SPLITS}
+    parent, pools = _city_pools(config, plans, countries, rng)
+    absent = {c for s in SPLITS for c in pools[s]["missing"] + pools[s]["near"]}
+    corpus = _Corpus()
+    persons, questions = _people(config, plans, pools, countries, parent, corpus, rng)
+    for c, k in parent.items():
+        if c not in absent:
+            corpus.add(c, f"{c} is a city in the country {k}.", (c, "in"))
+        for _ in range(config.distractors):
+            corpus.add(c, f"{c} has a famous {rng.choice(LANDMARKS)}.")
+    asked: dict[tuple[str, str], list[str]] = {}
+    for q in questions:
+        asked.setdefault((q.person, q.relation), []).append(q.chain[0])
+    noise = {record_id(q): _question_noise(q, asked[(q.person, q.relation)], corpus.fact_passage, parent, countries, rng)
+             for q in questions}
+    passages = list(corpus.by_id.values())
+    rng.shuffle(passages)  # corpus order carries no hint, so neither does a namesake's rank in a result
+    levels = {**{c: "city" for c in parent}, **{k: "country" for k in countries}}
+    return World(config, persons, parent, absent, passages, corpus.fact_passage, questions, levels, noise)
 
-    # Cities: each split its own answerable cities (countries round robin), its own dead ones (no country
-    # passage) and one variant per dead near-miss city.
+
+def _city_pools(config: WorldConfig, plans: dict[str, list[dict[str, Any]]], countries: list[str],
+                rng: random.Random) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Each split's cities: its own answerable cities (countries round robin), its own dead ones (no
+    country passage) and one variant per dead near-miss city; returns the country of every city and
+    the pools by split."""
     names = iter(city_names())
     parent: dict[str, str] = {}
     pools: dict[str, dict[str, Any]] = {}
@@ -170,33 +192,42 @@ def generate_world_v2(config: WorldConfig) -> World:
         pools[s] = {"live": live, "missing": missing, "near": near, "variants": variants,
                     "any": _cycle(rng.sample(live, len(live))), "by_country": {k: _cycle(v) for k, v in by_country.items()},
                     "dead": {"missing": _cycle(missing), "near_miss_variant": _cycle(near)}}
-    absent = {c for s in SPLITS for c in pools[s]["missing"] + pools[s]["near"]}
+    return parent, pools
+
+
+class _Corpus:
+    """The world's passages, deduplicated by id, and the passage stating each fact."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, Passage] = {}
+        self.fact_passage: dict[tuple[str, str], str] = {}
+
+    def add(self, title: str, text: str, fact: tuple[str, str] | None = None) -> str:
+        p = Passage(passage_id(title, text), title, text)
+        self.by_id.setdefault(p.id, p)
+        if fact is not None:
+            self.fact_passage[fact] = p.id
+        return p.id
+
+
+def _people(config: WorldConfig, plans: dict[str, list[dict[str, Any]]], pools: dict[str, dict[str, Any]],
+            countries: list[str], parent: dict[str, str], corpus: _Corpus,
+            rng: random.Random) -> tuple[list[Person], list[Question]]:
+    """The persons of every planned unit (a single person or a group of namesakes), their passages
+    added to ``corpus``, and one question per person and relation."""
     # Every SFT person visits a city of another split, so each of those names appears in SFT text.
     # Held-out names first: in a small world the SFT singles may not carry every RL name too.
     others = [c for s in ("eval", "rl") for c in rng.sample(_split_cities(pools[s]), len(_split_cities(pools[s])))]
     visit_other = _cycle(others)
     everywhere = sorted(parent)
-
     person_names = _name_order(rng, sum(len(plans[s]) for s in SPLITS))
-    builder: dict[str, Passage] = {}
-    fact_passage: dict[tuple[str, str], str] = {}
-
-    def add(title: str, text: str, fact: tuple[str, str] | None = None) -> str:
-        p = Passage(passage_id(title, text), title, text)
-        builder.setdefault(p.id, p)
-        if fact is not None:
-            fact_passage[fact] = p.id
-        return p.id
-
     persons: list[Person] = []
     questions: list[Question] = []
-    noise: dict[str, dict[str, Any]] = {}
-    v, budget = config.visible_failure, config.max_searches
     for s in SPLITS:
         pool = pools[s]
         for unit in plans[s]:
             name = next(person_names)
-            m, j = unit["m"], unit["j"]
+            m = unit["m"]
             kinds = unit.get("kinds") or {r: "answerable" for r in RELATIONS}
             cities = {r: _unit_cities(unit, kinds[r], pool, countries, rng) for r in RELATIONS}
             templates = {r: rng.choice(TEMPLATES[r]) for r in RELATIONS}
@@ -213,34 +244,30 @@ def generate_world_v2(config: WorldConfig) -> World:
                 for r, city in (("born", born), ("lives", lives)):
                     if kinds[r] != "near_miss_relation":
                         verb = "was born in" if r == "born" else "lives in"
-                        add(name, f"{name} {verb} {city}.", (key or name, r))
+                        corpus.add(name, f"{name} {verb} {city}.", (key or name, r))
                 for text in extras:
-                    add(name, text)
+                    corpus.add(name, text)
                 persons.append(person)
                 members.append(person)
-            for k, person in enumerate(members):
-                for r in RELATIONS:
-                    city, kind = getattr(person, r), kinds[r]
-                    f = unit["f"][r] if m == 1 else unit["f"]
-                    idx = len(persons) - m + k
-                    q = _question(config, s, idx, person, r, templates[r], city, parent, kind, m, j, f, v, budget,
-                                  other=getattr(person, "lives" if r == "born" else "born"),
-                                  variant=pool["variants"].get(city))
-                    questions.append(q)
-    for c, k in parent.items():
-        if c not in absent:
-            add(c, f"{c} is a city in the country {k}.", (c, "in"))
-        for _ in range(config.distractors):
-            add(c, f"{c} has a famous {rng.choice(LANDMARKS)}.")
-    asked: dict[tuple[str, str], list[str]] = {}
-    for q in questions:
-        asked.setdefault((q.person, q.relation), []).append(q.chain[0])
-    for q in questions:
-        noise[record_id(q)] = _question_noise(q, asked[(q.person, q.relation)], fact_passage, parent, countries, rng)
-    passages = list(builder.values())
-    rng.shuffle(passages)  # corpus order carries no hint, so neither does a namesake's rank in a result
-    levels = {**{c: "city" for c in parent}, **{k: "country" for k in countries}}
-    return World(config, persons, parent, absent, passages, fact_passage, questions, levels, noise)
+            questions += _unit_questions(config, s, unit, members, len(persons), kinds, templates, parent, pool)
+    return persons, questions
+
+
+def _unit_questions(config: WorldConfig, split: str, unit: dict[str, Any], members: list[Person], n_persons: int,
+                    kinds: dict[str, str], templates: dict[str, str], parent: dict[str, str],
+                    pool: dict[str, Any]) -> list[Question]:
+    """One question per member of a unit and relation (``n_persons``: persons made so far, these included)."""
+    m, j = unit["m"], unit["j"]
+    out = []
+    for k, person in enumerate(members):
+        for r in RELATIONS:
+            city, kind = getattr(person, r), kinds[r]
+            f = unit["f"][r] if m == 1 else unit["f"]
+            out.append(_question(config, split, n_persons - m + k, person, r, templates[r], city, parent, kind, m, j, f,
+                                 config.visible_failure, config.max_searches,
+                                 other=getattr(person, "lives" if r == "born" else "born"),
+                                 variant=pool["variants"].get(city)))
+    return out
 
 
 def _split_cities(pool: dict[str, Any]) -> list[str]:

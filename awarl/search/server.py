@@ -141,13 +141,35 @@ def _known(retriever: Retriever, pid: str) -> bool:
     return True
 
 
-def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> Any:
-    """The FastAPI app. Run it with uvicorn (`serve`), or in-process with
-    ``with fastapi.testclient.TestClient(app) as client`` (the ``with`` starts the batcher)."""
-    from fastapi import FastAPI, HTTPException, Request
+def _add_error_handlers(app: Any) -> None:
+    """Every error leaves as JSON ``{"error": …}``: a body that does not validate or decode as 422
+    (with the fields at fault), an HTTP error with its status, anything else as 500."""
+    from fastapi import Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"error": "invalid request body", "detail": detail})
+
+    @app.exception_handler(StarletteHTTPException)  # FastAPI's own (a body it cannot decode) and ours
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI: "There was an error parsing the body" (e.g. not UTF-8)
+            return JSONResponse(status_code=422, content={"error": "invalid request body", "detail": [{"loc": ["body"],
+                                "msg": str(exc.detail)}]})
+        return JSONResponse(status_code=exc.status_code, content={"error": str(exc.detail)})
+
+    @app.exception_handler(Exception)
+    async def _server_error(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(status_code=500, content={"error": f"retrieval failed: {type(exc).__name__}: {exc}"})
+
+
+def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> Any:
+    """The FastAPI app. Run it with uvicorn (`serve`), or in-process with
+    ``with fastapi.testclient.TestClient(app) as client`` (the ``with`` starts the batcher)."""
+    from fastapi import FastAPI, HTTPException
     from typing import Annotated
 
     from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, StringConstraints
@@ -178,21 +200,7 @@ def create_app(retriever: Retriever, settings: ServerSettings | None = None) -> 
     app = FastAPI(title="awarl retrieval", lifespan=lifespan)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        detail = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in exc.errors()]
-        return JSONResponse(status_code=422, content={"error": "invalid request body", "detail": detail})
-
-    @app.exception_handler(StarletteHTTPException)  # FastAPI's own (a body it cannot decode) and ours
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400:  # FastAPI: "There was an error parsing the body" (e.g. not UTF-8)
-            return JSONResponse(status_code=422, content={"error": "invalid request body", "detail": [{"loc": ["body"],
-                                "msg": str(exc.detail)}]})
-        return JSONResponse(status_code=exc.status_code, content={"error": str(exc.detail)})
-
-    @app.exception_handler(Exception)
-    async def _server_error(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(status_code=500, content={"error": f"retrieval failed: {type(exc).__name__}: {exc}"})
+    _add_error_handlers(app)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
