@@ -12,10 +12,10 @@ agree (N−1 equivalence checks) or all differ (N(N−1)/2 checks).
 
 Table 3 times loading policy files of 250 to 2,000 rules (the benefits policy replicated with
 renamed benefits, so variables grow with rules) with awarl's loader and, as the same-run
-baseline, the previous loader (pure-Python YAML, then every rule handed to Z3's SMT-LIB parser
+baseline, the per-rule loader (pure-Python YAML, then every rule handed to Z3's SMT-LIB parser
 with every declaration), plus what one `awarl verify check` costs on each after start-up (load,
 reasoner, one finding).
-Table 4 times `lint` (pruned by models) against the previous plain pairwise lint on the benefits
+Table 4 times `lint` (pruned by models) against a plain pairwise lint on the benefits
 policy and a 250-rule one.
 """
 
@@ -183,8 +183,8 @@ def large_policy(rules: int) -> dict:
     return out
 
 
-def previous_load(path: Path) -> None:
-    """The previous loader: PyYAML's pure-Python safe loader, then every rule given to Z3's parser
+def per_rule_load(path: Path) -> None:
+    """The per-rule loader: PyYAML's pure-Python safe loader, then every rule given to Z3's parser
     with every declaration (declarations built by today's code, so only these two steps differ)."""
     definition = yaml.safe_load(path.read_text(encoding="utf-8"))
     declared = policy_from_dict({**definition, "rules": []})
@@ -211,14 +211,14 @@ def best_ms(fn, arg, repeats: int) -> tuple[float, float]:
 
 
 def load_table(sizes: list[int], repeats: int) -> None:
-    print("\n| rules | variables | YAML MB | previous load ms (CPU) | load ms (CPU), awarl | speed-up (CPU) | load + reasoner + 1 finding ms (CPU) |")
+    print("\n| rules | variables | YAML MB | per-rule load ms (CPU) | load ms (CPU), awarl | speed-up (CPU) | load + reasoner + 1 finding ms (CPU) |")
     print("|------:|----------:|--------:|-----------------------:|---------------------:|---------------:|-------------------------------------:|")
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             definition = large_policy(n)
             path = Path(tmp) / f"policy_{n}.yaml"
             path.write_text(yaml.safe_dump(definition, sort_keys=False, width=200), encoding="utf-8")
-            old = best_ms(previous_load, path, 1 if n >= 1000 else repeats)
+            old = best_ms(per_rule_load, path, 1 if n >= 1000 else repeats)
             new = best_ms(load_policy, path, repeats)
             check = best_ms(one_check, path, repeats)
             mb = path.stat().st_size / 1e6
@@ -226,8 +226,8 @@ def load_table(sizes: list[int], repeats: int) -> None:
                   f" {old[1] / new[1]:13.1f}x | {check[0]:25.0f} ({check[1]:6.0f}) |", flush=True)
 
 
-def previous_lint(policy: Policy) -> int:
-    """The previous lint: one solver call per rule and per pair of implications sharing a
+def pairwise_lint(policy: Policy) -> int:
+    """The pairwise lint: one solver call per rule and per pair of implications sharing a
     variable, each with every rule as an assumption; returns the number of issues."""
     ctx, ids = policy.ctx, [r.id for r in policy.rules]
     lits = [z3.Bool(f"__prev_{i}", ctx) for i in range(len(ids))]
@@ -252,10 +252,10 @@ def previous_lint(policy: Policy) -> int:
 
 
 def lint_table() -> None:
-    print("\n| policy                   | rules | previous pairwise lint s (CPU) | lint s (CPU), awarl | speed-up (CPU) |")
+    print("\n| policy                   | rules | pairwise lint s (CPU) | lint s (CPU), awarl | speed-up (CPU) |")
     print("|--------------------------|------:|-------------------------------:|--------------------:|---------------:|")
     for name, policy in (("benefits.yaml", load_policy(POLICY)), ("benefits x2 (250 rules)", policy_from_dict(large_policy(250)))):
-        old = best_ms(previous_lint, policy, 1)
+        old = best_ms(pairwise_lint, policy, 1)
         new = best_ms(lambda p: lint(p, budget_s=None), policy, 1)
         print(f"| {name:<24} | {len(policy.rules):5d} | {old[0] / 1000:21.1f} ({old[1] / 1000:5.1f}) |"
               f" {new[0] / 1000:11.1f} ({new[1] / 1000:5.1f}) | {old[1] / new[1]:13.1f}x |", flush=True)
