@@ -40,12 +40,12 @@ from awarl.chat.parser import parse_decision
 from awarl.chat.prompts import Prompts
 from awarl.chat.thread import Badge, Exit, Iteration, State, Status, Thread
 from awarl.chat.validate import Validator
-from awarl.verify.findings import Finding, Result, aggregate, partly_valid, sort_findings
+from awarl.verify.findings import KINDS, Finding, Result, aggregate, kind_of, partly_valid, sort_findings
 
 log = logging.getLogger(__name__)
 
 _TAGS_RE = re.compile(r"</?answer>", re.I)
-ASKABLE = (Result.SATISFIABLE, Result.TRANSLATION_AMBIGUOUS)
+ASKABLE = tuple(Result(k) for k, row in KINDS.items() if row.askable)
 
 
 class CheckerDown(GeneratorDown):
@@ -135,6 +135,7 @@ class Loop:
         it.result = result.value if result else None
         it.partly_valid = partly_valid(v.findings)
         it.premises_text, it.validate_s, it.solver_s, it.given = v.premises, v.seconds, v.solver_seconds, v.given
+        it.answer, it.cited = t.answer, list(t.cited)
         t.note("validated", result=it.result)
         t.state = State.CHECK_QUESTIONS
 
@@ -148,29 +149,14 @@ class Loop:
     def _handle_result(self, t: Thread) -> None:
         it = _last_checked(t)
         assert it is not None
-        findings = [Finding.from_dict(d) for d in it.findings]
-        result = aggregate(findings)
-        if result is None:
-            self._complete(t, Exit.NO_TRANSLATIONS, Badge.NOT_VALIDATED,
-                           "Not validated: the checker returned no findings for this answer.")
-        elif result is Result.VALID and it.given:
-            self._complete(t, Exit.VALID_RESPONSE, Badge.VALID_GIVEN_YOUR_STATEMENT,
-                           "Valid given your statement: " + " ".join(f"“{g}”" for g in it.given) + " (taken as you said it, not checked).")
-        elif result is Result.VALID:
-            self._complete(t, Exit.VALID_RESPONSE, Badge.VALID)
-        elif result is Result.NO_TRANSLATIONS:
-            if partly_valid(findings):
-                self._complete(t, Exit.NO_TRANSLATIONS, Badge.PARTLY_VALIDATED,
-                               "Partly validated: some statements were proved, others could not be checked against the policy.")
-            else:
-                self._complete(t, Exit.NO_TRANSLATIONS, Badge.NOT_VALIDATED,
-                               "Not fully validated: nothing in this answer maps to the policy's rules.")
+        kind = _kind(it)
+        if kind in ("VALID", "VALID_GIVEN_YOUR_STATEMENT"):
+            self._serve(t, it, Exit.VALID_RESPONSE)
         elif self.generator is None or t.generator is None:
-            self._complete(t, Exit.CHECKED_ONLY, Badge(result.value),
-                           f"The answer was checked: {result.value}. Validate-only mode has no agent to rewrite it.")
-        elif t.rewrites >= t.max_iterations:
-            self._complete(t, Exit.MAX_ITERATIONS_REACHED, Badge.INVALID,
-                           f"Not validated: still {result.value} after {t.rewrites} rewrite(s).")
+            self._serve(t, it, Exit.CHECKED_ONLY if kind not in (None, "NO_TRANSLATIONS", "PARTLY_VALID") else Exit.NO_TRANSLATIONS,
+                        checked_only=True)
+        elif kind in (None, "NO_TRANSLATIONS", "PARTLY_VALID") or t.rewrites >= t.max_iterations:
+            self._serve_best(t)
         else:
             t.state = State.REWRITING_LOOP
 
@@ -256,10 +242,49 @@ class Loop:
             return
         self._set_answer(t, reply.text, reply.citations)
         if reply.abstained:
-            self._complete(t, Exit.ABSTAINED, Badge.ABSTAINED,
-                           "The agent found no evidence that settles the question, so it did not answer.")
+            it = t.last
+            assert it is not None
+            it.abstained, it.cited = True, list(t.cited)
+            self._serve_best(t)  # an abstention ends the thread; an earlier SATISFIABLE answer is still served first
         else:
             t.state = State.VALIDATE
+
+    def _serve_best(self, t: Thread) -> None:
+        """Serve the best answer the thread produced (`serve_rank`), never a worse one after a better."""
+        best = min((i for i in t.iterations if i.abstained or i.result is not None or i.findings), key=serve_rank)
+        kind = _kind(best)
+        if kind == "ABSTAINED":
+            exit = Exit.ABSTAINED
+        elif kind in (None, "NO_TRANSLATIONS", "PARTLY_VALID"):
+            exit = Exit.NO_TRANSLATIONS
+        else:
+            exit = Exit.MAX_ITERATIONS_REACHED
+        self._serve(t, best, exit)
+
+    def _serve(self, t: Thread, it: Iteration, exit: Exit, checked_only: bool = False) -> None:
+        """Complete the thread with ``it``'s answer under the badge `KINDS` gives its kind."""
+        kind = _kind(it)
+        row = KINDS[kind or "NO_TRANSLATIONS"]
+        if checked_only and kind not in ("INVALID", "NO_TRANSLATIONS", "PARTLY_VALID", None):
+            row = KINDS["CHECKED_ONLY"]
+            warning = f"{row.summary} The checker found it {kind}."
+        elif kind == "VALID":
+            warning = None
+        elif kind == "VALID_GIVEN_YOUR_STATEMENT":
+            warning = "Valid given your statement: " + " ".join(f"“{g}”" for g in it.given) + " (taken as you said it, not checked)."
+        elif kind is None:
+            warning = "Not validated: the checker returned no findings for this answer."
+        else:
+            warning = row.summary
+            if checked_only and kind == "INVALID":
+                warning += " Validate-only mode has no agent to rewrite it."
+        if exit is Exit.MAX_ITERATIONS_REACHED:
+            warning = f"{warning} Best found: {kind}, after {t.rewrites} rewrite(s)."
+        checked = [i for i in t.iterations if i.result is not None or i.findings or i.abstained]
+        if warning and len(checked) > 1:
+            warning += f" The best of {len(checked)} checked answers is shown (answer {it.index + 1})."
+        t.answer, t.cited, t.served = it.answer, list(it.cited), it.index
+        self._complete(t, exit, Badge(row.badge), warning)
 
     def _set_answer(self, t: Thread, answer: str, citations: list[str]) -> None:
         t.answer = answer
@@ -277,6 +302,22 @@ class Loop:
         t.exit, t.badge, t.error = Exit.ERROR, Badge.ERROR, message
         t.state, t.status = State.ERROR, Status.ERROR
         t.note("error", message=message)
+
+
+def _kind(it: Iteration) -> str | None:
+    """The `KINDS` key of one iteration: ABSTAINED, VALID_GIVEN_YOUR_STATEMENT, a finding kind, or
+    None when nothing was checked."""
+    if it.abstained:
+        return "ABSTAINED"
+    kind = kind_of(Finding.from_dict(d) for d in it.findings)
+    return "VALID_GIVEN_YOUR_STATEMENT" if kind == "VALID" and it.given else kind
+
+
+def serve_rank(it: Iteration) -> tuple[int, int]:
+    """Serving order: VALID > SATISFIABLE > an abstention > any other unvalidated answer > INVALID
+    (`KINDS` ranks), the earlier answer first among equals."""
+    kind = _kind(it)
+    return (KINDS[kind].rank if kind else 3, it.index)
 
 
 def _last_checked(t: Thread) -> Iteration | None:

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from awarl.verify.findings import BADGE_KIND
+
 
 class State(str, enum.Enum):
     """Where a thread stands in the verify-and-rewrite loop (see `awarl.chat.loop`)."""
@@ -62,6 +64,8 @@ class Badge(str, enum.Enum):
     ABSTAINED = "ABSTAINED"
     PARTLY_VALIDATED = "PARTLY_VALIDATED"
     NOT_VALIDATED = "NOT_VALIDATED"
+    CHECKED_ONLY = "CHECKED_ONLY"
+    """Validate-only mode: checked, neither proved nor refuted, and no agent to rewrite or ask."""
     ERROR = "ERROR"
 
 
@@ -98,6 +102,10 @@ class Iteration:
     partly_valid: bool = False
     decision: dict[str, Any] | None = None
     search: dict[str, Any] | None = None
+    cited: list[dict[str, str]] = field(default_factory=list)
+    """The passages this answer cited that exist in the corpus (what it was checked against)."""
+    abstained: bool = False
+    """The agent declined to answer (an abstention is served before an unvalidated guess)."""
     premises_text: str = ""
     given: list[str] = field(default_factory=list)
     """The user's statements the VALID proof rests on (question sentences, clarification answers)."""
@@ -130,6 +138,8 @@ class Thread:
     cited: list[dict[str, str]] = field(default_factory=list)
     """Passages the current answer cites that exist in the corpus: their text is evidence (premises)."""
     final_response: str | None = None
+    served: int | None = None
+    """The index of the iteration whose answer was served (the best checked one, see `awarl.chat.loop`)."""
     exit: Exit | None = None
     badge: Badge | None = None
     warning: str | None = None
@@ -152,6 +162,8 @@ class Thread:
         d = asdict(self)
         for key in ("status", "state", "exit", "badge"):
             d[key] = getattr(self, key).value if getattr(self, key) is not None else None
+        kind = BADGE_KIND.get(self.badge.value) if self.badge is not None else None
+        d["badge_label"], d["badge_style"] = (kind.label, kind.style) if kind else (None, None)
         return d
 
     @classmethod

@@ -542,3 +542,62 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     """Most severe first (see `aggregate`); the order is stable among equals."""
     order = {r: i for i, r in enumerate((*SEVERITY, Result.TOO_COMPLEX, Result.NO_TRANSLATIONS))}
     return sorted(findings, key=lambda f: order[f.result])
+
+
+# -- what a user is shown ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of outcome is shown: the badge, its words, its CSS class, and whether the loop
+    may ask the user a clarifying question about it (the scenarios differ in what the user knows)."""
+
+    badge: str
+    label: str
+    summary: str
+    askable: bool = False
+    style: str = ""
+    rank: int = 3
+    """Serving order of a checked sample, best first (see `serve_rank`)."""
+
+
+KINDS: dict[str, Kind] = {
+    "VALID": Kind("VALID", "Valid", "Proved from the question and the cited passages.", style="VALID", rank=0),
+    "VALID_GIVEN_YOUR_STATEMENT": Kind(
+        "VALID_GIVEN_YOUR_STATEMENT", "Valid given your statement",
+        "Proved, from a statement of yours that nobody checked.", style="VALID_GIVEN_YOUR_STATEMENT", rank=0),
+    "SATISFIABLE": Kind("NOT_VALIDATED", "Not validated",
+                        "Not validated: the evidence allows this answer but does not prove it.", True, "NOT_VALIDATED", 1),
+    "TRANSLATION_AMBIGUOUS": Kind("NOT_VALIDATED", "Not validated",
+                                  "Not validated: the answer reads two ways and the readings disagree.", True, "NOT_VALIDATED"),
+    "TOO_COMPLEX": Kind("NOT_VALIDATED", "Not validated", "Not validated: the check did not finish in time.",
+                        style="NOT_VALIDATED"),
+    "NO_TRANSLATIONS": Kind("NOT_VALIDATED", "Not validated",
+                            "Not validated: nothing in this answer maps to the policy's rules.", style="NOT_VALIDATED"),
+    "PARTLY_VALID": Kind("PARTLY_VALIDATED", "Partly valid",
+                         "Partly validated: some statements were proved, others could not be checked against the policy.",
+                         style="PARTLY_VALIDATED"),
+    "INVALID": Kind("INVALID", "Invalid", "Invalid: the policy or the cited passages contradict this answer.",
+                    style="INVALID", rank=4),
+    "IMPOSSIBLE": Kind("IMPOSSIBLE", "Impossible", "The checker found the question's premises contradictory.",
+                       style="IMPOSSIBLE"),
+    "ABSTAINED": Kind("ABSTAINED", "Abstained",
+                      "The agent found no evidence that settles the question, so it did not answer.", style="ABSTAINED", rank=2),
+    "CHECKED_ONLY": Kind("CHECKED_ONLY", "Checked only",
+                         "Checked only: validate-only mode has no agent to rewrite the answer or ask you.", style="NOT_VALIDATED"),
+    "ERROR": Kind("ERROR", "Error", "The thread failed; see its error.", style="ERROR", rank=5),
+}
+"""Every outcome a thread can show, keyed by the finding's result (or ABSTAINED, PARTLY_VALID,
+VALID_GIVEN_YOUR_STATEMENT, CHECKED_ONLY, ERROR). The chat loop picks badges and serving order
+from it, the thread JSON carries its ``badge_label`` and ``badge_style``."""
+
+BADGE_KIND = {k.badge: k for k in reversed(KINDS.values())}
+"""A badge's own row (the first row that names it)."""
+
+
+def kind_of(findings: Iterable[Finding]) -> str | None:
+    """The `KINDS` key of a checked answer: its aggregate result, PARTLY_VALID when some statements
+    were proved; None for no findings."""
+    findings = list(findings)
+    result = aggregate(findings)
+    if result is None:
+        return None
+    return "PARTLY_VALID" if partly_valid(findings) else result.value

@@ -6,7 +6,9 @@
   has a ``(?P<subject>…)`` group names the entity its statement is about; every premise binds to
   the subject the premise text names first (the question's person), and one about another
   entity ("Ulla Dusk lives in Dorin." for a question about Talo Nast) is not a premise: it is
-  reported among the untranslated premises, so it can never make a claim VALID.
+  reported among the untranslated premises, so it can never make a claim VALID. A conditional
+  answer sentence ("If your items are regular-priced, you get 15% off.") is the claim
+  ``(=> assumption claim)``: its assumption is never taken as a premise.
 - `LLMTranslator` asks any generation backend for structured JSON, N samples; the confidence is
   the share of samples SMT-equivalent to the leading one; below the threshold the result is an
   `Ambiguity` with the two leading options.
@@ -30,6 +32,8 @@ from awarl.verify.findings import Ambiguity, Statement, Translation
 from awarl.verify.policy import Policy, PolicyError
 
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
+_CONDITIONAL_RE = re.compile(r"^\s*(?:if|assuming|provided(?: that)?)\s+([^,]+),\s*(?:then\s+)?(.+)$", re.I | re.S)
+"""A conditional answer sentence: "If <assumption>, <claim>." (checked as assumption ⇒ claim)."""
 
 
 class Translator(Protocol):
@@ -108,10 +112,16 @@ class PatternTranslator:
         per_sentence: list[list[Statement]] = []
         untranslated_claims: list[str] = []
         for sentence in split_sentences(answer):
-            matches = self._read(sentence, policy, deadline)
+            cond = _CONDITIONAL_RE.match(sentence)
+            assumed = [self._statement(policy, m) for m in self._read(cond.group(1), policy, deadline)] if cond else []
+            matches = self._read(cond.group(2) if cond and assumed else sentence, policy, deadline)
             _add(premises, [self._statement(policy, m) for m in matches
                             if m.role == "premise" and bind.keeps(m, untranslated_premises)])
             claims = [self._statement(policy, m) for m in matches if m.role != "premise"]
+            if assumed and claims:  # "If A, C." asserts A ⇒ C; A is assumed, never a premise
+                condition = assumed[0].logic if len(assumed) == 1 else f"(and {' '.join(a.logic for a in assumed)})"
+                claims = [Statement(logic=f"(=> {condition} {c.logic})", natural_language=f"if {cond.group(1)}, {c.natural_language}")
+                          for c in claims]
             if claims:
                 per_sentence.append(claims)
             elif not matches:

@@ -113,10 +113,12 @@ def test_skipped_questions_lead_to_a_rewrite_with_assumptions(make_manager):
     assert m.wait(tid)["status"] == "AWAITING_INPUT"
     m.answer(tid, [], skipped=True)
     t = m.wait(tid)
-    # The assumption the answer states ("regular-priced") is one of its claims, never a premise, so
-    # nothing proves it: the thread ends unproved after its rewrites instead of VALID.
-    assert (t["exit"], t["badge"], t["rewrites"]) == ("MAX_ITERATIONS_REACHED", "INVALID", 3)
-    assert t["iterations"][-1]["result"] == "SATISFIABLE"
+    # The conditional answer is checked as the implication it states (regular-priced ⇒ 15% off),
+    # never by taking its assumption as a premise: the implication follows from the policy.
+    assert (t["exit"], t["badge"], t["rewrites"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT", 2)
+    [claim] = t["iterations"][-1]["findings"][0]["translation"]["claims"]
+    assert claim["logic"] == "(=> (not is_sale_item) (= discount_percent 15))"
+    assert "regular" not in t["iterations"][-1]["premises_text"]
     assert t["clarifications"][0]["skipped"] and t["clarifications"][0]["reason"] == "skipped"
     second = kinds(gen, "rewrite")[1]
     assert "(skipped;" in second and "DECISION: ASK_QUESTIONS" not in second  # one round of questions only
@@ -133,6 +135,7 @@ def test_unanswered_questions_time_out_and_are_skipped(make_manager):
         time.sleep(0.05)
     t = m.get(tid)
     assert t["status"] == "COMPLETED" and t["clarifications"][0]["reason"] == "timeout"
+    assert t["exit"] == "VALID_RESPONSE"  # the conditional rewrite is proved as an implication
     assert audit_lines(m)[-1]["clarifications"][0]["reason"] == "timeout"
 
 
@@ -177,7 +180,7 @@ def test_nothing_translated_is_served_as_not_validated(make_manager):
     m = make_manager(gen)
     t = m.wait(m.submit("Hello there!").id)
     assert (t["exit"], t["badge"]) == ("NO_TRANSLATIONS", "NOT_VALIDATED")
-    assert "Not fully validated" in t["warning"] and kinds(gen, "rewrite") == []
+    assert "nothing in this answer maps" in t["warning"] and kinds(gen, "rewrite") == []
 
 
 def test_valid_mixed_with_untranslated_text_is_partly_validated_never_valid(make_manager):
@@ -296,3 +299,36 @@ def test_after_a_checked_answer_a_missing_one_keeps_the_checked_result(make_mana
     t = m.wait(m.submit(GOLD_80).id)
     assert (t["exit"], t["badge"], t["final_response"]) == ("MAX_ITERATIONS_REACHED", "INVALID", "You get 10% off.")
     assert t["iterations"][1]["prompt"] == GOLD_80  # bare resampling: exactly the question, no feedback
+
+
+# -- which checked sample is served ------------------------------------------------------------
+SAT = "<answer>You get 15% off your order.</answer>"  # on GOLD_UNKNOWN: allowed, not proved
+BAD = "<answer>You get 50% off your order.</answer>"  # contradicts the policy
+ABSTAIN = "<answer>not enough information</answer>"
+
+
+@pytest.mark.parametrize("script, served, exit, badge", [
+    ((SAT, BAD, BAD, BAD), 0, "MAX_ITERATIONS_REACHED", "NOT_VALIDATED"),   # SATISFIABLE, then worse
+    ((BAD, SAT, BAD, BAD), 1, "MAX_ITERATIONS_REACHED", "NOT_VALIDATED"),   # a later better one wins
+    ((SAT, ABSTAIN), 0, "MAX_ITERATIONS_REACHED", "NOT_VALIDATED"),         # an abstention after SATISFIABLE
+    ((BAD, ABSTAIN), 1, "ABSTAINED", "ABSTAINED"),                          # an abstention beats INVALID
+    ((BAD, None, None, None), 0, "MAX_ITERATIONS_REACHED", "INVALID"),      # replies without an answer are never served
+])
+def test_the_best_checked_sample_is_served_never_a_worse_one_after_it(make_manager, script, served, exit, badge):
+    gen = ScriptedGenerator(answers(*script))  # answer-only: re-asked (verify-and-resample)
+    m = make_manager(gen, max_iterations=3)
+    t = m.wait(m.submit(GOLD_UNKNOWN).id)
+    assert (t["served"], t["exit"], t["badge"]) == (served, exit, badge), t["warning"]
+    assert t["final_response"] == t["iterations"][served]["answer"].replace("<answer>", "").replace("</answer>", "").strip()
+    assert t["badge_label"] and t["badge_style"]
+    if len([i for i in t["iterations"] if i["result"] or i["abstained"]]) > 1:
+        assert "best of" in t["warning"]
+
+
+def test_a_valid_sample_after_worse_ones_is_served_valid(make_manager):
+    gen = ScriptedGenerator(answers("<answer>You get 10% off.</answer>", "<answer>As a gold member you get 15% off.</answer>",
+                                    "<answer>You get 10% off.</answer>"))
+    m = make_manager(gen, max_iterations=3)
+    t = m.wait(m.submit(GOLD_80).id)
+    assert (t["exit"], t["badge"], t["served"], t["rewrites"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT", 1, 1)
+    assert (t["badge_label"], t["badge_style"]) == ("Valid given your statement", "VALID_GIVEN_YOUR_STATEMENT")

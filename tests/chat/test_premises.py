@@ -45,7 +45,7 @@ def test_an_answer_assuming_the_membership_it_needs_is_not_valid(make_manager):
     m = make_manager(None)
     t = m.wait(m.submit("What discount do I get?", "Since you are a gold member buying regular-priced items, you get 15% off.").id)
     assert t["badge"] not in ("VALID", "VALID_GIVEN_YOUR_STATEMENT") and t["exit"] == "CHECKED_ONLY", t
-    assert t["badge"] == "SATISFIABLE"
+    assert t["badge"] == "CHECKED_ONLY" and "SATISFIABLE" in t["warning"]
 
 
 def test_a_proof_from_the_users_own_statement_is_badged_as_given(make_manager):
@@ -70,7 +70,7 @@ def test_declaring_a_consistent_question_impossible_is_checked_like_a_rewrite(ma
     m = make_manager(gen, max_iterations=2)
     t = m.wait(m.submit(GOLD_80).id)
     assert t["exit"] == "MAX_ITERATIONS_REACHED" and t["badge"] == "INVALID", t
-    assert t["final_response"] == "You get 50% off and free shipping."
+    assert t["final_response"] == "You get 10% off."  # all INVALID: the first of equals is served
     assert [i["result"] for i in t["iterations"]] == ["INVALID", "INVALID", "INVALID"]
     assert any("IMPOSSIBLE declared" in e["event"] for e in t["events"])
 

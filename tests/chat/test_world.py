@@ -124,9 +124,9 @@ def test_verify_and_resample_with_the_tiny_world_agent(make_manager, tmp_path, t
         for it in resamples:
             assert "was checked and rejected" in it["prompt"] and it["template"] == "resample_feedback"
         if t["exit"] == "MAX_ITERATIONS_REACHED":
-            assert t["rewrites"] == 2 and t["badge"] == "INVALID"
+            assert t["rewrites"] == 2 and t["badge"] in ("INVALID", "NOT_VALIDATED")
         if t["exit"] == "ABSTAINED":
-            assert t["iterations"][-1]["findings"] == []  # an abstention is never checked into a guess
+            assert t["iterations"][t["served"]]["findings"] == []  # an abstention is never checked into a guess
         if t["exit"] == "VALID_RESPONSE":
             assert t["iterations"][-1]["search"]["citations"]  # a valid world answer rests on cited passages
 
@@ -141,4 +141,4 @@ def test_validate_only_checks_a_given_answer_with_its_cited_evidence(make_manage
     bad = m.wait(m.submit(q.question, f"<answer>{wrong}</answer> {cites}").id)
     assert bad["badge"] == "INVALID" and "no agent to rewrite" in bad["warning"]
     bare = m.wait(m.submit(q.question, q.answer).id)  # no citations: no evidence, so the right country is not proved
-    assert bare["badge"] == "SATISFIABLE"
+    assert bare["badge"] == "CHECKED_ONLY" and "SATISFIABLE" in bare["warning"]

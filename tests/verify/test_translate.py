@@ -68,6 +68,17 @@ def test_pattern_translator_binds_premises_to_the_first_subject_named(tmp_path):
     assert aggregate(mixed) is Result.VALID
 
 
+def test_a_conditional_answer_is_checked_as_the_implication_it_states(pricing):
+    question = "I am a gold member. What discount do I get?"
+    [item] = PatternTranslator().translate(question, "If your items are regular-priced, you get 15% off.", pricing)
+    assert [s.logic for s in item.claims] == ["(=> (not is_sale_item) (= discount_percent 15))"]
+    assert "(not is_sale_item)" not in [s.logic for s in item.premises]  # the assumption is no premise
+    assert aggregate(check(pricing, question, "If your items are regular-priced, you get 15% off.", PatternTranslator())) is Result.VALID
+    # A wrong conditional is never proved (the solver can make its assumption false, so not INVALID either).
+    assert aggregate(check(pricing, question, "If your items are regular-priced, you get 50% off.", PatternTranslator())) is Result.SATISFIABLE
+    assert aggregate(check(pricing, question, "You get 15% off.", PatternTranslator())) is Result.SATISFIABLE
+
+
 def test_pattern_translator_negations_win_over_plain_phrases(pricing):
     [t] = PatternTranslator().translate("I am not a member.", "You will pay for shipping.", pricing)
     assert [s.logic for s in t.premises] == ["(= tier none)"]
