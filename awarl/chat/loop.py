@@ -10,17 +10,21 @@
     any state ─► ERROR (generator or checker down after retries, or a bug), audited
 
 - GENERATE_INITIAL: the agent answers (or a given answer is taken, validate-only); an abstention
-  completes the thread as ABSTAINED with its search trace — never rewritten into a guess.
+  ends the thread with its search trace — never rewritten into a guess.
 - VALIDATE: automated-reasoning check + citation gates (`awarl.chat.validate`).
 - CHECK_QUESTIONS: clarifying questions pending → AWAITING_INPUT (the thread pauses; answers,
   a skip or the timeout resume it at VALIDATE, the user's answers now among the premises).
-- HANDLE_RESULT: `aggregate` of the findings. VALID → served. NO_TRANSLATIONS (nothing, or not
-  everything, translated) → served with a "not fully validated" / "partly validated" warning.
-  Anything else → a rewrite, unless ``max_iterations`` rewrites were already made.
+- HANDLE_RESULT: the kind of the findings (`awarl.verify.findings.kind_of`). VALID → served.
+  NO_TRANSLATIONS / partly valid, or ``max_iterations`` rewrites made → the best checked answer
+  of the thread is served (`serve_rank`: VALID > SATISFIABLE > an abstention > other unvalidated
+  > INVALID, never a worse one after a better) under the badge `KINDS` gives its kind.
+  Anything else → a rewrite.
 - REWRITING_LOOP: the top finding picks the template (citation problems have their own). A
   generator that follows the DECISION protocol rewrites, asks (≤ 5 questions) or declares the
-  question impossible; one that only answers (the tiny world agent) is re-asked with the finding
-  as feedback and sampled at the configured temperature (verify-and-resample).
+  question impossible; for one that only answers (the tiny world agent) the loop first asks the
+  user itself on an askable finding (`awarl.chat.prompts.loop_questions`: which namesake, or what
+  the scenarios differ on), else re-asks it with the finding as feedback, sampled at the
+  configured temperature (verify-and-resample).
 
 ``thread.rewrites`` counts REWRITING_LOOP entries, so ``max_iterations = 3`` means exactly three
 rewrites.
@@ -32,13 +36,13 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from awarl.chat.generate import AgentReply, ChatGenerator, GeneratorDown, with_retries
 from awarl.chat.parser import parse_decision
-from awarl.chat.prompts import Prompts
-from awarl.chat.thread import Badge, Exit, Iteration, State, Status, Thread
+from awarl.chat.prompts import Prompts, loop_questions
+from awarl.chat.thread import Badge, Clarification, Exit, Iteration, State, Status, Thread
 from awarl.chat.validate import Validator
 from awarl.verify.findings import KINDS, Finding, Result, aggregate, kind_of, partly_valid, sort_findings
 
@@ -127,7 +131,8 @@ class Loop:
         it = t.last
         assert it is not None
         sink = self.review_sink(t.id)
-        v = with_retries(lambda: self.validator.validate(t.prompt, t.clarifications, t.answer, t.cited, sink),
+        clarifications = [_restated(t, c) for c in t.clarifications]
+        v = with_retries(lambda: self.validator.validate(t.prompt, clarifications, t.answer, t.cited, sink),
                          attempts=self.settings.retries, base_delay=self.settings.backoff_s,
                          what=f"validation of thread {t.id}", retry_on=(OSError, RuntimeError), error=CheckerDown)
         it.findings = [f.to_dict() for f in v.findings]
@@ -135,7 +140,7 @@ class Loop:
         it.result = result.value if result else None
         it.partly_valid = partly_valid(v.findings)
         it.premises_text, it.validate_s, it.solver_s, it.given = v.premises, v.seconds, v.solver_seconds, v.given
-        it.answer, it.cited = t.answer, list(t.cited)
+        it.answer, it.cited, it.namesakes = t.answer, list(t.cited), list(v.extras.get("namesakes", []))
         t.note("validated", result=it.result)
         t.state = State.CHECK_QUESTIONS
 
@@ -171,6 +176,18 @@ class Loop:
         policy = self.validator.policy
         corrections = self.validator.corrections.block(f"{t.prompt}\n{t.answer}")
         index = len(t.iterations)
+        if (not self.generator.decisions and result in ASKABLE and top is not None
+                and t.question_rounds < self.settings.max_question_rounds):
+            asked = loop_questions(findings, policy, prev.namesakes)[: self.settings.max_questions]
+            if asked:
+                # An answer-only agent cannot write DECISION lines: the loop asks what the scenarios differ on.
+                t.iterations.append(Iteration(index=index, type="ask", prompt="", answer=t.answer, template="loop_question",
+                                              findings=prev.findings, result=prev.result, cited=list(prev.cited)))
+                t.pending_questions = [q for q, _ in asked]
+                t.question_options.update({q: options for q, options in asked if options})
+                t.question_rounds += 1
+                t.state = State.CHECK_QUESTIONS
+                return
         if not self.generator.decisions or top is None:
             feedback = self.prompts.resample_feedback(top, policy) if self.settings.resample_feedback else ""
             question = self.prompts.agent_question(t.prompt, t.clarifications, corrections, feedback)
@@ -302,6 +319,16 @@ class Loop:
         t.exit, t.badge, t.error = Exit.ERROR, Badge.ERROR, message
         t.state, t.status = State.ERROR, Status.ERROR
         t.note("error", message=message)
+
+
+def _restated(t: Thread, c: Clarification) -> Clarification:
+    """A reply to a question the loop built that names exactly one of its options, restated as the
+    premise that option stands for ("Dorin" → "Talo Nast was born in Dorin.")."""
+    options = t.question_options.get(c.question)
+    if not options or not c.answer:
+        return c
+    hits = [s for value, s in options.items() if re.search(rf"(?<!\w){re.escape(value)}(?!\w)", c.answer, re.I)]
+    return replace(c, answer=hits[0]) if len(hits) == 1 else c
 
 
 def _kind(it: Iteration) -> str | None:

@@ -671,7 +671,8 @@ def audit_record(t: Thread) -> dict[str, Any]:
         "policy": {"name": t.policy, "version": t.policy_version},
         "rewrites": t.rewrites,
         "max_iterations": t.max_iterations,
-        "findings": t.last.findings if t.last else [],
+        "served": t.served,
+        "findings": t.iterations[t.served].findings if t.served is not None else t.last.findings if t.last else [],
         "iterations": [{"index": i.index, "type": i.type, "template": i.template, "answer": i.answer, "result": i.result,
                         "decision": (i.decision or {}).get("kind"), "findings": i.findings} for i in t.iterations],
         "clarifications": [{"question": c.question, "answer": c.answer, "skipped": c.skipped, "reason": c.reason}

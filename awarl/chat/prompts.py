@@ -178,6 +178,37 @@ def _scenarios(findings: Sequence[Finding]) -> list[tuple[str, Scenario]]:
     return out
 
 
+def loop_questions(findings: Sequence[Finding], policy: Policy,
+                   namesakes: Sequence[dict[str, Any]] = ()) -> list[tuple[str, dict[str, str]]]:
+    """Clarifying questions the loop asks itself (for an agent that cannot write DECISION lines),
+    each with its options (an option the reply names → the premise it states).
+
+    A name the corpus gives several entities asks which one is meant ("Which Talo Nast do you
+    mean — the one who was born in Dorin, or in Elbo?"); else each premise variable on which the
+    scenarios where the claim holds and where it fails differ is asked about."""
+    out: list[tuple[str, dict[str, str]]] = []
+    for n in namesakes:
+        values = [str(v) for v in n.get("values", [])]
+        if len(values) < 2 or not n.get("phrase"):
+            continue
+        question = (f"Which {n['name']} do you mean — the one who {n['phrase']} "
+                    + ", or in ".join(values) + "?")
+        if question not in [q for q, _ in out]:
+            out.append((question, {v: f"{n['name']} {n['phrase']} {v}." for v in values}))
+    if out:
+        return out
+    for name in differing_variables(findings, policy):
+        var = policy.variable(name)
+        if var.role == "claim":
+            continue  # the user can settle facts, not what the answer claims
+        values = list(dict.fromkeys(str(s.assignments[name]) for f in findings
+                                    for s in (f.claims_true_scenario, f.claims_false_scenario, *f.difference_scenarios)
+                                    if s is not None and name in s.assignments))
+        choices = "yes or no" if policy.kind(name) == "bool" else " or ".join(values[:2]) or "which?"
+        out.append((f"{var.description.rstrip('.?')} — {choices}?", {}))
+    return out
+
+
 def differing_variables(findings: Sequence[Finding], policy: Policy) -> list[str]:
     """Variables whose values differ between the scenarios of the findings (what a question should settle)."""
     names: dict[str, None] = {}

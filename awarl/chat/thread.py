@@ -104,6 +104,8 @@ class Iteration:
     search: dict[str, Any] | None = None
     cited: list[dict[str, str]] = field(default_factory=list)
     """The passages this answer cited that exist in the corpus (what it was checked against)."""
+    namesakes: list[dict[str, Any]] = field(default_factory=list)
+    """Cited passages kept out of the premises because their name means several entities (`Validator`)."""
     abstained: bool = False
     """The agent declined to answer (an abstention is served before an unvalidated guess)."""
     premises_text: str = ""
@@ -130,6 +132,8 @@ class Thread:
     iterations: list[Iteration] = field(default_factory=list)
     clarifications: list[Clarification] = field(default_factory=list)
     pending_questions: list[str] = field(default_factory=list)
+    question_options: dict[str, dict[str, str]] = field(default_factory=dict)
+    """For a question the loop built: each option the user may name, and the premise it states."""
     awaiting_since: float | None = None
     question_rounds: int = 0
     rewrites: int = 0

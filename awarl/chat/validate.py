@@ -228,8 +228,13 @@ class Validator:
             if not clashes:
                 kept.append(p)
             for var, value, subject, others in clashes:
-                namesakes.append({"passage": p.get("id"), "variable": var, "subject": subject,
-                                  "values": [value, *sorted(map(str, others))]})
+                text = " ".join(p.get("text", "").split())
+                at = text.casefold().find(subject)
+                name = text[at : at + len(subject)] if at >= 0 else subject
+                after = text[at + len(subject):] if at >= 0 else ""
+                phrase = after[: after.find(str(value))].strip() if str(value) in after else ""
+                namesakes.append({"passage": p.get("id"), "variable": var, "subject": subject, "name": name,
+                                  "phrase": phrase, "values": [value, *sorted(map(str, others))]})
         return kept, namesakes
 
     def _rival_values(self, var: str, subject: str, about: Any) -> set[Any]:

@@ -316,7 +316,7 @@ ABSTAIN = "<answer>not enough information</answer>"
 ])
 def test_the_best_checked_sample_is_served_never_a_worse_one_after_it(make_manager, script, served, exit, badge):
     gen = ScriptedGenerator(answers(*script))  # answer-only: re-asked (verify-and-resample)
-    m = make_manager(gen, max_iterations=3)
+    m = make_manager(gen, max_iterations=3, max_question_rounds=0)  # no loop-built questions here
     t = m.wait(m.submit(GOLD_UNKNOWN).id)
     assert (t["served"], t["exit"], t["badge"]) == (served, exit, badge), t["warning"]
     assert t["final_response"] == t["iterations"][served]["answer"].replace("<answer>", "").replace("</answer>", "").strip()
@@ -332,3 +332,42 @@ def test_a_valid_sample_after_worse_ones_is_served_valid(make_manager):
     t = m.wait(m.submit(GOLD_80).id)
     assert (t["exit"], t["badge"], t["served"], t["rewrites"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT", 1, 1)
     assert (t["badge_label"], t["badge_style"]) == ("Valid given your statement", "VALID_GIVEN_YOUR_STATEMENT")
+
+
+# -- clarifying questions the loop builds for an answer-only agent ----------------------------
+def test_the_loop_asks_what_the_scenarios_differ_on_when_the_agent_cannot(make_manager):
+    gen = ScriptedGenerator(answers(SAT))  # answer-only: no DECISION lines
+    m = make_manager(gen)
+    tid = m.submit(GOLD_UNKNOWN).id
+    t = m.wait(tid)
+    assert t["status"] == "AWAITING_INPUT" and t["iterations"][-1]["template"] == "loop_question"
+    [question] = t["pending_questions"]
+    assert question.endswith("yes or no?") and "sale" in question.lower()
+    m.answer(tid, ["They are regular-priced."], skipped=False)
+    t = m.wait(tid)
+    assert (t["exit"], t["badge"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT")
+    assert len(kinds(gen, "answer")) == 1  # the agent was not re-asked: the user's answer settled it
+
+
+def test_a_namesake_is_asked_about_and_the_choice_becomes_a_premise(make_manager, tmp_path):
+    from awarl.data.world import WorldConfig, generate_world, write_world
+
+    world = generate_world(WorldConfig(version=2, persons=60, cities=8, countries=4, seed=0))
+    files = write_world(world, tmp_path / "world")
+    names = [p.name for p in world.persons]
+    q = next(q for q in world.questions if q.answerable and names.count(q.person) > 1)
+    others = sorted({getattr(p, q.relation) for p in world.persons if p.name == q.person} - {q.chain[0]})
+    cites = " ".join(f"[{i}]" for i in world.supporting(q))
+    gen = ScriptedGenerator(answers(f"<answer>{q.answer}</answer> {cites}"))
+    m = make_manager(gen, policy=str(files["policy"]), policy_name="world", corpus=str(files["corpus"]))
+    tid = m.submit(q.question).id
+    t = m.wait(tid)
+    assert t["status"] == "AWAITING_INPUT", t.get("warning")
+    [question] = t["pending_questions"]
+    verb = "was born in" if q.relation == "born" else "lives in"
+    assert question.startswith(f"Which {q.person} do you mean — the one who {verb} ") and q.chain[0] in question
+    assert all(c in question for c in others)
+    m.answer(tid, [f"The one in {q.chain[0]}."], skipped=False)
+    t = m.wait(tid)
+    assert (t["exit"], t["badge"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT"), t["warning"]
+    assert f"{q.person} {verb} {q.chain[0]}." in t["iterations"][-1]["premises_text"]

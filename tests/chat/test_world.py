@@ -110,7 +110,8 @@ def test_verify_and_resample_with_the_tiny_world_agent(make_manager, tmp_path, t
 
     files = write_world(test_world, tmp_path / "world")
     m = make_manager(None, generator=f"hf:{tiny_world_sft_model_dir}", policy=str(files["policy"]), policy_name="world",
-                     corpus=str(files["corpus"]), max_iterations=2, temperature=1.0)
+                     corpus=str(files["corpus"]), max_iterations=2, temperature=1.0,
+                     max_question_rounds=0)  # resampling only: no questions the loop builds itself
     assert not m.config()["decisions"]
     questions = [q for q in test_world.split("eval")][:4]
     threads = [m.wait(m.submit(q.question).id, timeout=600) for q in questions]
