@@ -97,7 +97,7 @@ def serve(
     port: int = typer.Option(8000, "--port", help="TCP port (1-65535)."),
     workers: int = typer.Option(1, "--workers", help="Server processes sharing one memory-mapped index (one per core)."),
     default_topk: int = typer.Option(3, "--topk", help="Passages per query when a request gives no topk."),
-    max_batch: int = typer.Option(256, "--max-batch", help="Most queries answered by one index call."),
+    max_batch: int = typer.Option(64, "--max-batch", help="Most queries answered by one index call."),
     batch_wait_ms: float = typer.Option(2.0, "--batch-wait-ms", help="How long to gather concurrent requests."),
     max_query_chars: int = typer.Option(2000, "--max-query-chars", help="Longest query accepted (longer: HTTP 422)."),
     max_body_bytes: int = typer.Option(4 * 1024 * 1024, "--max-body-bytes", help="Largest request body (larger: HTTP 413)."),

@@ -7,11 +7,13 @@ true}`` and answers ``{"result": [[{"document": {"id", "contents"}, "score"}, ..
 awarl also adds ``title`` and ``text``. awarl's one extension is ``allowed``: one list of
 passage ids per query, the closed scope. ``GET /health`` and ``GET /passages/{id}`` complete it.
 
-Concurrent requests are micro-batched: a single worker drains the queue (up to ``max_batch``
+Concurrent requests are micro-batched: a single worker takes the pending jobs (up to ``max_batch``
 queries, or whatever arrived within ``batch_wait_ms``) and answers them with one call to the
 retriever in a worker thread, so the event loop keeps accepting connections under load. A
-request with more queries than ``max_batch`` is answered a slice at a time, each slice queued
-behind whatever arrived meanwhile, so one big request cannot hold the index for the others.
+request with more queries than ``max_batch`` is answered a slice at a time, and a batch takes the
+smallest requests first, so one big request cannot hold the index for the others: a one-query
+request waits for the index call in progress, not for the big request
+(``scripts/bench_search_fairness.py``).
 
 Limits (each a 4xx in the JSON envelope ``{"error": ..., "detail": ...}``, never a 500): body
 bytes (413, checked before the body is read when Content-Length says so, and while reading
@@ -48,7 +50,7 @@ class ServerSettings:
     max_queries: int = 1024  # more queries in one request is a 413
     max_query_chars: int = 2000  # a longer query is a 422 (a question is ~100; a 1 MB one took seconds)
     max_body_bytes: int = 4 * 1024 * 1024  # a larger request body is a 413
-    max_batch: int = 256  # most queries answered by one retriever call
+    max_batch: int = 64  # most queries answered by one retriever call (a large request goes in slices of this)
     batch_wait_ms: float = 2.0  # how long the worker waits for more requests before searching
 
     def __post_init__(self) -> None:
@@ -66,39 +68,71 @@ class _Job:
     k: int
     allowed: list[list[str]] | None
     future: asyncio.Future = field(repr=False)
+    request_size: int = 0  # queries in the whole request this slice belongs to
+    seq: int = 0  # arrival order
+    passed_over: int = 0  # batches formed without it
 
 
 class _Batcher:
-    """Collects concurrent jobs and answers them with as few retriever calls as possible."""
+    """Collects concurrent jobs and answers them with as few retriever calls as possible.
+
+    A batch takes the jobs of the smallest requests first, up to ``max_batch`` queries, so a
+    one-query request waits only for the index call in progress, never for the slices of a large
+    request queued beside it; a job passed over `PATIENCE` times goes first, so a stream of small
+    requests cannot starve a large one.
+    """
+
+    PATIENCE = 4
 
     def __init__(self, retriever: Retriever, settings: ServerSettings):
         self.retriever = retriever
         self.settings = settings
-        self.queue: asyncio.Queue[_Job] = asyncio.Queue()
+        self.pending: list[_Job] = []
+        self.arrived = asyncio.Event()
         self.batches = 0  # retriever calls made (exposed on /health)
+        self._seq = 0
 
     async def submit(self, queries: list[str], k: int, allowed: list[list[str]] | None) -> list[list[Hit]]:
-        # One slice in the queue at a time per request: requests that arrive meanwhile get
-        # between the slices of a big one instead of waiting for all of it.
+        # One slice pending at a time per request: requests that arrive meanwhile get between the
+        # slices of a big one instead of waiting for all of it.
         step = self.settings.max_batch
         out: list[list[Hit]] = []
         for i in range(0, max(len(queries), 1), step):
             part = None if allowed is None else allowed[i : i + step]
-            job = _Job(queries[i : i + step], k, part, asyncio.get_running_loop().create_future())
-            await self.queue.put(job)
+            self._seq += 1
+            job = _Job(queries[i : i + step], k, part, asyncio.get_running_loop().create_future(),
+                       request_size=len(queries), seq=self._seq)
+            self.pending.append(job)
+            self.arrived.set()
             out.extend(await job.future)
         return out
 
     async def run(self) -> None:
         while True:
-            jobs = [await self.queue.get()]
+            await self.arrived.wait()
             if self.settings.batch_wait_ms > 0:  # let concurrent requests join this batch
                 await asyncio.sleep(self.settings.batch_wait_ms / 1000)
-            size = len(jobs[0].queries)
-            while size < self.settings.max_batch and not self.queue.empty():
-                jobs.append(self.queue.get_nowait())
-                size += len(jobs[-1].queries)
-            await self._answer(jobs)
+            jobs = self.take()
+            if not self.pending:
+                self.arrived.clear()
+            if jobs:
+                await self._answer(jobs)
+
+    def take(self) -> list[_Job]:
+        """The next batch, removed from the pending jobs: the long-waiting first, then the smallest
+        requests, up to ``max_batch`` queries (the first job always goes, whatever its size)."""
+        order = sorted(self.pending, key=lambda j: (j.passed_over < self.PATIENCE, j.request_size, j.seq))
+        chosen: list[_Job] = []
+        size = 0
+        for job in order:
+            if chosen and size + len(job.queries) > self.settings.max_batch:
+                job.passed_over += 1
+                continue
+            chosen.append(job)
+            size += len(job.queries)
+        taken = {id(j) for j in chosen}
+        self.pending = [j for j in self.pending if id(j) not in taken]
+        return chosen
 
     async def _answer(self, jobs: list[_Job]) -> None:
         # Global and closed-scope queries go in separate calls (allowed is all-or-nothing per call).
