@@ -199,8 +199,8 @@ def loop_questions(findings: Sequence[Finding], policy: Policy,
         return out
     for name in differing_variables(findings, policy):
         var = policy.variable(name)
-        if var.role == "claim":
-            continue  # the user can settle facts, not what the answer claims
+        if var.role != "premise":
+            continue  # the user can settle facts, not what the answer claims or what follows from them
         values = list(dict.fromkeys(str(s.assignments[name]) for f in findings
                                     for s in (f.claims_true_scenario, f.claims_false_scenario, *f.difference_scenarios)
                                     if s is not None and name in s.assignments))

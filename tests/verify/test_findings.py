@@ -150,3 +150,15 @@ def test_scenario_statements_and_assignments_agree():
     s = Scenario(assignments={"approved": False, "income": -3, "plan": "basic", "rate": 2.5})
     assert [st.logic for st in s.statements] == ["(= approved false)", "(= income (- 3))", "(= plan basic)", "(= rate 2.5)"]
     assert Scenario(statements=s.statements).assignments == s.assignments
+
+
+def test_the_kinds_table_covers_every_result_and_orders_serving():
+    from awarl.verify.findings import BADGE_KIND, KINDS, kind_of
+
+    assert {r.value for r in Result} <= set(KINDS)
+    assert {k for k, row in KINDS.items() if row.askable} == {"SATISFIABLE", "TRANSLATION_AMBIGUOUS"}
+    rank = {k: row.rank for k, row in KINDS.items()}
+    assert rank["VALID"] < rank["SATISFIABLE"] < rank["ABSTAINED"] < rank["NO_TRANSLATIONS"] < rank["INVALID"]
+    assert all(row.badge in BADGE_KIND and row.style and row.label and row.summary for row in KINDS.values())
+    assert kind_of([Finding(Result.VALID), Finding(Result.NO_TRANSLATIONS)]) == "PARTLY_VALID"
+    assert kind_of([Finding(Result.SATISFIABLE)]) == "SATISFIABLE" and kind_of([]) is None
