@@ -92,10 +92,13 @@ def run_command(
 def report_command(
     runs: list[Path] = typer.Argument(..., help="Run folders written by `awarl eval run`."),
     out: Path = typer.Option(Path("report"), "--out", help="Folder for report.md, report.json and the PNG plots."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", min=0,
+                                  help="Bootstrap resamples for the 95% intervals and the paired differences (0: none)."),
 ) -> None:
-    """Table (per data set + macro average) in Markdown and JSON, frontier and calibration plots."""
+    """Table (per data set + macro average) in Markdown and JSON, frontier and calibration plots, 95%
+    bootstrap intervals, paired differences of each run against the first, and the passages' fingerprints."""
     from awarl.eval.report import build_report
 
-    paths = build_report(runs, out)
+    paths = build_report(runs, out, bootstrap=bootstrap)
     typer.echo(paths["markdown"].read_text(encoding="utf-8"))
     typer.echo("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -8,6 +8,10 @@
   runs no other run beats on both joined up.
 - ``calibration.png``: refusal rate per p_i decile, one line per run, for runs whose records
   carry ``p`` (from ``awarl capability estimate``). A calibrated agent refuses more as p_i falls.
+- How sure each number is (`awarl.eval.stats`): a 95% bootstrap interval of every run's macro
+  metrics, and, for each later run on the same questions as the first, the paired difference with
+  its interval and whether it is beyond 2 standard errors; the passages each run searched, by
+  fingerprint, so two runs over different corpora are not compared unawares.
 """
 
 from __future__ import annotations
@@ -257,8 +261,62 @@ def plot_calibration(curves: Sequence[RefusalCurve], path: Path, *, title: str =
     return path
 
 
-def build_report(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str, Path]:
-    """Write report.md, report.json, frontier.png and calibration.png into ``out``."""
+def uncertainty(runs: Sequence[RunSummary], samples: int) -> dict[str, Any]:
+    """Bootstrap intervals per run and paired differences of every later run against the first
+    (where they hold the same questions); runs without predictions are left out."""
+    from awarl.eval.stats import bootstrap_ci, paired_comparison, run_questions
+
+    if samples <= 0:
+        return {"samples": 0, "ci": {}, "paired": {}}
+    questions = {}
+    for run in runs:
+        if (run.path / "predictions.jsonl").exists() and (run.path / "records.jsonl").exists():
+            questions[run.name] = run_questions(run.path)
+    ci = {name: bootstrap_ci(qs, samples=samples) for name, qs in questions.items()}
+    paired: dict[str, Any] = {}
+    first = runs[0].name
+    for run in runs[1:]:
+        a, b = questions.get(first), questions.get(run.name)
+        if a and b and {q.id for q in a} == {q.id for q in b}:
+            paired[run.name] = paired_comparison(a, b, samples=samples)
+    return {"samples": samples, "baseline": first, "ci": ci, "paired": paired}
+
+
+def _uncertainty_section(unc: dict[str, Any], runs: Sequence[RunSummary]) -> list[str]:
+    out: list[str] = []
+    if unc.get("ci"):
+        out += [f"## 95% intervals (bootstrap over questions, {unc['samples']} resamples, within each data set)", "",
+                "| run | " + " | ".join(label for _, label in _CI_COLUMNS) + " |", "|" + "---|" * (len(_CI_COLUMNS) + 1)]
+        for name, ci in unc["ci"].items():
+            cells = ["–" if ci[k]["value"] is None else f"{ci[k]['value']:.3f} [{ci[k]['low']:.3f}, {ci[k]['high']:.3f}]"
+                     for k, _ in _CI_COLUMNS]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append("")
+    if unc.get("paired"):
+        out += [f"## Paired differences against {unc['baseline']} (same questions; * = beyond 2 standard errors)", "",
+                "| run | " + " | ".join(label for _, label in _CI_COLUMNS) + " |", "|" + "---|" * (len(_CI_COLUMNS) + 1)]
+        for name, diffs in unc["paired"].items():
+            cells = ["–" if k not in diffs else f"{diffs[k]['diff']:+.3f} [{diffs[k]['low']:+.3f}, {diffs[k]['high']:+.3f}]"
+                     + ("*" if diffs[k]["beyond_2se"] else "") for k, _ in _CI_COLUMNS]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        out.append("")
+    prints = {run.name: (run.metrics.get("fingerprint") or {}).get("sha256") for run in runs}
+    if any(prints.values()):
+        out += ["## Passages searched (fingerprint)", ""]
+        out += [f"- {name}: {fp[:16] if fp else 'not recorded (a remote retriever or an older run)'}" for name, fp in prints.items()]
+        if len({fp for fp in prints.values() if fp}) > 1:
+            out.append("- **warning: the runs searched different passages; their numbers are not comparable as they stand**")
+        out.append("")
+    return out
+
+
+_CI_COLUMNS = (("precision", "P"), ("accuracy", "A"), ("ra_f1", "RA-F1"), ("refusal_rate", "refusal"),
+               ("abstain_recall", "abstain-recall"), ("over_refusal", "over-refusal"))
+
+
+def build_report(run_dirs: Sequence[str | Path], out: str | Path, *, bootstrap: int = 1000) -> dict[str, Path]:
+    """Write report.md, report.json, frontier.png and calibration.png into ``out``; ``bootstrap``
+    resamples per interval (0: no intervals)."""
     if not run_dirs:
         raise ConfigError("give at least one run folder")
     runs = [load_run(d) for d in run_dirs]
@@ -271,14 +329,17 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str, P
         raise DataError(out, "", "is a file; the report goes into a folder")
     out.mkdir(parents=True, exist_ok=True)
     rows = table_rows(runs)
+    unc = uncertainty(runs, bootstrap)
     paths = {"markdown": out / "report.md", "json": out / "report.json"}
-    paths["markdown"].write_text(to_markdown(rows, runs), encoding="utf-8")
+    paths["markdown"].write_text("\n".join([to_markdown(rows, runs), *_uncertainty_section(unc, runs)]), encoding="utf-8")
     paths["json"].write_text(json.dumps({
         "runs": [{"name": r.name, "path": str(r.path), "model": r.metrics.get("model"),
                   "recipe": r.metrics.get("recipe"), "rollout": (r.metrics.get("settings") or {}).get("rollout"),
                   "overall": r.metrics.get("overall"), "macro": r.metrics["macro"],
-                  "per_dataset": r.metrics["per_dataset"], "refusal_by_p_decile": r.calibration} for r in runs],
+                  "per_dataset": r.metrics["per_dataset"], "refusal_by_p_decile": r.calibration,
+                  "fingerprint": r.metrics.get("fingerprint")} for r in runs],
         "table": rows,
+        "uncertainty": unc,
     }, indent=2) + "\n", encoding="utf-8")
     paths["frontier"] = plot_frontier(runs, out / "frontier.png")
     paths["calibration"] = plot_calibration(decile_curves(runs), out / "calibration.png")

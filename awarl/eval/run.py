@@ -166,6 +166,7 @@ def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord
     """Predictions (awarl JSONL + official formats), scored with the one scorer, plus run statistics."""
     from awarl.eval.predictions import write_official
     from awarl.eval.score import score_predictions
+    from awarl.eval.stats import fingerprint
 
     out = config.out
     rows = [trajectories[r.id] for r in records]
@@ -199,6 +200,7 @@ def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord
         "model": config.model,
         "settings": config.settings(),
         "recipe": checkpoint_hyperparameters(config.model),
+        "fingerprint": fingerprint(config.index, config.corpus),
         "overall": {**scored.metrics.to_dict(), **extras(range(len(records)))},
         "per_dataset": per_dataset,
         "macro": macro,
