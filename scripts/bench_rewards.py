@@ -105,7 +105,7 @@ def bench_judge(requests: int, latency_s: float) -> list[tuple[str, float, str]]
         elapsed = time.perf_counter() - start
         rows.append((f"llm judge, same {requests} again (cache hits: {judge.stats.cache_hits})", elapsed,
                      f"{base / elapsed:.0f}x"))
-        assert server.requests == 2 * requests, "cache hits must not reach the server"
+        assert len(server.requests) == 2 * requests, "cache hits must not reach the server"
     return rows
 
 
