@@ -160,11 +160,25 @@ def load_chat_config(path: str | Path, **overrides: Any) -> ChatSettings:
     values = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
     for key in ("policy", "corpus", "corrections"):
         if isinstance(values.get(key), str) and values[key] and not Path(values[key]).exists():
-            raise ConfigError(f"{path}, key '{key}': {values[key]} does not exist")
+            shipped = _shipped(values[key])
+            if shipped is None:
+                raise ConfigError(f"{path}, key '{key}': {values[key]} does not exist")
+            values[key] = str(shipped)
     if not values.get("generator") and not values.get("mode_note"):
         values["mode_note"] = (f"Validate-only mode: {path} names no generator. POST /api/chat with an `answer` to "
                                "check it, or set `generator:` to a backend spec (hf:PATH, vllm:PATH, openai:URL#MODEL).")
     return build(ChatSettings, values, f"{path}:", nested={"rollout": _rollout})
+
+
+def _shipped(value: str) -> Path | None:
+    """A relative ``configs/…`` path of a shipped config, found in the package when the working folder
+    has no such file (a shipped chat config names its policy as ``configs/policies/…`` so that it reads
+    the same from the repository's root and from anywhere else)."""
+    rel = Path(value)
+    if rel.is_absolute() or not rel.parts or rel.parts[0] != "configs":
+        return None
+    candidate = config_path(*rel.parts[1:])
+    return candidate if candidate.exists() else None
 
 
 def _rollout(value: Any, where: str) -> RolloutSettings | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import yaml
@@ -179,3 +180,14 @@ def test_save_stores_only_the_fields_set_and_a_restart_serves_the_mode_it_report
         assert c.get("/api/health").json()["mode_note"] == cfg["mode_note"]
         assert f"chat: validate-only mode: {cfg['mode_note']}" in caplog.text
         assert c.post("/api/chat", json={"prompt": "What discount do I get?"}).status_code == 503
+
+
+def test_a_shipped_config_reads_its_shipped_policy_from_any_folder(tmp_path, monkeypatch):
+    from awarl.resources import config_path
+
+    monkeypatch.chdir(tmp_path)  # no configs/ folder here
+    settings = load_chat_config(config_path("chat", "pricing.yaml"))
+    assert Path(settings.policy) == config_path("policies", "pricing.yaml")
+    (tmp_path / "mine.yaml").write_text("policy: configs/policies/nowhere.yaml\n")
+    with pytest.raises(ChatConfigError, match="nowhere.yaml does not exist"):
+        load_chat_config(tmp_path / "mine.yaml")
