@@ -5,17 +5,22 @@ and one for citation problems (``rewrite_citation.txt``). Every template receive
 blocks: the policy's rules in natural language (never ids alone), the clarifications so far, the
 variables on which the scenarios differ (with their descriptions), the untranslated spans of the
 answer, the cited evidence and the corrections list.
-A different folder can be configured (``prompts_dir``) to adapt the wording without code.
+A different folder can be configured (``prompts_dir``) to adapt the wording without code: it may
+hold only the templates it changes; every other one is the shipped template (logged at start,
+each template with the file it came from, and in `Prompts.sources`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from awarl.chat.thread import Clarification
+from awarl.config_fields import closest
+from awarl.errors import ConfigError
 from awarl.verify.findings import Finding, Result, Scenario
 from awarl.verify.policy import Policy
 
@@ -29,29 +34,35 @@ TEMPLATE_OF = {
 CITATION_TEMPLATE = "rewrite_citation"
 NAMES = (*TEMPLATE_OF.values(), CITATION_TEMPLATE, "agent_question", "resample_feedback")
 
+log = logging.getLogger(__name__)
+
 
 class Prompts:
-    """The template folder, read once; `render` fills one template."""
+    """The template folder, read once; `render` fills one template.
+
+    ``folder`` overrides the shipped templates it holds (``<name>.txt``); the others stay shipped.
+    ``sources`` says where each template was read from."""
 
     def __init__(self, folder: str | Path | None = None, *, max_rules: int = 60, max_questions: int = 5):
-        self.folder = str(folder) if folder else "awarl.chat/prompts"
         self.max_rules, self.max_questions = max_rules, max_questions
+        custom = _custom_templates(Path(folder)) if folder is not None else {}
+        shipped = resources.files("awarl.chat").joinpath("prompts")
         self.templates: dict[str, str] = {}
+        self.sources: dict[str, str] = {}
         for name in NAMES:
-            if folder is not None:
-                path = Path(folder) / f"{name}.txt"
-                if not path.exists():
-                    raise FileNotFoundError(f"{path}: prompt template missing (the folder needs {', '.join(NAMES)})")
-                text = path.read_text(encoding="utf-8")
-            else:
-                text = resources.files("awarl.chat").joinpath("prompts").joinpath(f"{name}.txt").read_text(encoding="utf-8")
-            self.templates[name] = text
+            source = custom.get(name) or shipped.joinpath(f"{name}.txt")
+            self.templates[name] = source.read_text(encoding="utf-8")
+            self.sources[name] = str(source)
+            log.debug("prompt template %s: %s", name, source)
+        if folder is not None:
+            log.info("prompt templates from %s: %s; shipped: %s", folder, ", ".join(sorted(custom)) or "none",
+                     ", ".join(n for n in NAMES if n not in custom) or "none")
 
     def render(self, name: str, **values: Any) -> str:
         try:
             return self.templates[name].format(**values).strip() + "\n"
         except KeyError as exc:
-            raise ValueError(f"prompt template {self.folder}/{name}.txt uses an unknown field {exc}") from None
+            raise ValueError(f"prompt template {self.sources[name]} uses an unknown field {exc}") from None
 
     # -- the agent's question ------------------------------------------------------------------
     def agent_question(self, question: str, clarifications: Sequence[Clarification], corrections: str,
@@ -102,6 +113,20 @@ class Prompts:
             ask_guidance=ask_guidance, ask_format=ask_format,
         )
         return name, prompt
+
+
+def _custom_templates(folder: Path) -> dict[str, Path]:
+    """The templates a custom folder holds, by name; a missing folder or a file that names no
+    template (a typo would otherwise leave the shipped wording in place unnoticed) is a `ConfigError`."""
+    if not folder.is_dir():
+        raise ConfigError(f"prompts_dir {folder}: not a folder of prompt templates")
+    found = {p.stem: p for p in sorted(folder.glob("*.txt"))}
+    for stem in found:
+        if stem not in NAMES:
+            hint = closest(stem, NAMES)
+            raise ConfigError(f"{found[stem]}: no prompt template is called {stem!r}"
+                              + (f" (did you mean {hint}.txt?)" if hint else f"; the templates are {', '.join(NAMES)}"))
+    return found
 
 
 def _block(text: str) -> str:
