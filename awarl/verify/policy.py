@@ -203,6 +203,8 @@ class Policy:
     _kind: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _rule: dict[str, Rule] = field(default_factory=dict, init=False, repr=False)
     _signature: smt.Signature | None = field(default=None, init=False, repr=False)
+    _enum: dict[str, dict[str, z3.ExprRef]] = field(default_factory=dict, init=False, repr=False)
+    """Each enum type's values as Z3 constants (by value name), kept from the declaration."""
 
     def __post_init__(self) -> None:
         self._declare()
@@ -258,8 +260,9 @@ class Policy:
                     raise PolicyError(self.source, where, f"value {v.value!r} already names {names[v.value]}")
                 names[v.value] = f"a value of type '{t.name}'"
                 self.enum_values[v.value] = t.name
-            sort, _ = z3.EnumSort(t.name, [v.value for v in t.values], ctx=self.ctx)
+            sort, values = z3.EnumSort(t.name, [v.value for v in t.values], ctx=self.ctx)
             self.sorts[t.name] = sort
+            self._enum[t.name] = {v.value: c for v, c in zip(t.values, values)}
         for i, var in enumerate(self.variables):
             where = f"variable '{var.name}'" if var.name else f"variables[{i}]"
             if not _NAME_RE.match(var.name or "") or var.name in _SMT_WORDS:
@@ -361,7 +364,7 @@ class Policy:
 
     def value_expr(self, name: str, value: Any) -> z3.ExprRef:
         """The Z3 value ``value`` for variable ``name``; a ValueError names a type mismatch."""
-        kind, const = self.kind(name), self.consts[name]
+        kind = self.kind(name)
         if kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError(f"variable {name!r} is bool; got {value!r}")
@@ -374,9 +377,9 @@ class Policy:
                     raise ValueError(f"variable {name!r} is int; got {value!r}")
                 return z3.IntVal(int(value), self.ctx)
             return z3.RealVal(value, self.ctx)
-        if not isinstance(value, str) or value not in {v.value for v in self._type(kind).values}:
+        if not isinstance(value, str) or value not in self._enum[kind]:
             raise ValueError(f"variable {name!r} is of type {kind}; {value!r} is not one of its values")
-        return _enum_const(const.sort(), value)
+        return self._enum[kind][value]  # a lookup: scanning the constructors made loading a 500-value world O(n^2)
 
     def assignment(self, name: str, value: Any) -> str:
         """SMT-LIB ``(= name value)`` (or ``name`` / ``(not name)`` for booleans)."""
@@ -428,13 +431,6 @@ class Policy:
             "variables": [{"name": v.name, "type": v.type, "description": v.description} for v in self.variables],
             "rules": [{"id": r.id, "expression": r.expression, "alternateExpression": r.description} for r in self.rules],
         }
-
-
-def _enum_const(sort: z3.DatatypeSortRef, value: str) -> z3.ExprRef:
-    for i in range(sort.num_constructors()):
-        if sort.constructor(i).name() == value:
-            return sort.constructor(i)()
-    raise ValueError(f"{value!r} is not a value of {sort.name()}")
 
 
 def _smt_text(expr: z3.ExprRef) -> str:
