@@ -169,7 +169,7 @@ def run_stage(config: StageConfig, records: Sequence[QARecord], out: Path, *, do
     (and each trajectory to ``trajectories``), chunk by chunk; see the module's notes on resume."""
     from awarl.agent.runner import Rollout
     from awarl.agent.setup import build_runner
-    from awarl.progress import ProgressBar
+    from awarl.progress import progress_bar
 
     todo = [r for r in records if r.id not in done]
     if not todo:
@@ -184,7 +184,7 @@ def run_stage(config: StageConfig, records: Sequence[QARecord], out: Path, *, do
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with out.open("a", encoding="utf-8") as sink, _optional_sink(trajectories) as traj_sink, \
-            ProgressBar(label, len(todo), unit, rate_unit="rollouts", enabled=progress) as bar:
+            progress_bar(label, len(todo), unit, rate_unit="rollouts", enabled=progress) as bar:
         by_id = {r.id: r for r in todo}
 
         def on_done(traj: Any) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.demo.recipe import DEFAULT_RECIPE, DemoError, DemoRecipe, check_settings
+from awarl.progress import Bar, Progress
 
 MANIFEST = "demo.json"
 STAGES = ("world", "model", "sft", "p_i", "grpo", "eval", "report")
@@ -54,53 +55,41 @@ class DemoPaths:
 
 
 class Display:
-    """One rich progress display for all stages: an overall bar and the current stage's bar with
-    its latest numbers. Messages (warnings, stage results) print above it."""
+    """The demo's view on `awarl.progress.Progress`: an overall bar of the stages and the current
+    stage's bar with its latest numbers. Messages (warnings, stage results) print above it."""
 
     def __init__(self, terminal: Any, enabled: bool = True):
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console(file=terminal, highlight=False, soft_wrap=True)
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
-                                 console=self.console, disable=not enabled, refresh_per_second=2)
-        self.overall = self.progress.add_task("[bold]demo[/bold]", total=len(STAGES), info="")
-        self.stage: Any = None
+        self.progress = Progress(console=Console(file=terminal, highlight=False, soft_wrap=True), enabled=enabled)
+        self.overall = self.progress.add("[bold]demo[/bold]", len(STAGES))
+        self.stage: Bar | None = None
 
     def __enter__(self) -> "Display":
-        self.progress.start()
+        self.progress.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        self.progress.__exit__(*exc)
 
     def start(self, name: str, total: int | None, info: str = "") -> None:
         if self.stage is not None:
-            self.progress.remove_task(self.stage)
-        self.stage = self.progress.add_task(f"  {name}", total=total, info=info)
+            self.progress.remove(self.stage)
+        self.stage = self.progress.add(f"  {name}", total, info=info)
 
     def update(self, completed: int | None = None, total: int | None = None, info: str | None = None) -> None:
-        if self.stage is None:
-            return
-        kwargs: dict[str, Any] = {}
-        if completed is not None:
-            kwargs["completed"] = completed
-        if total is not None:
-            kwargs["total"] = total
-        if info is not None:
-            kwargs["info"] = info
-        self.progress.update(self.stage, **kwargs)
+        if self.stage is not None:
+            self.stage.update(completed=completed, total=total, info=info)
 
     def done(self, message: str) -> None:
-        self.progress.advance(self.overall)
-        self.console.print(f"[green]✓[/green] {message}")
+        self.overall.advance()
+        self.print(f"[green]✓[/green] {message}")
 
     def warn(self, message: str) -> None:
-        self.console.print(f"[bold yellow]WARNING[/bold yellow] {message}")
+        self.print(f"[bold yellow]WARNING[/bold yellow] {message}")
 
     def print(self, message: str) -> None:
-        self.console.print(message)
+        self.progress.print(message)
 
 
 @contextmanager

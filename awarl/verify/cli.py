@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from awarl.cli_errors import fail
+from awarl.progress import Bar, Progress
 
 app = typer.Typer(no_args_is_help=True, help="Automated-reasoning checks (Z3) and citation checks.")
 
@@ -132,8 +134,8 @@ def lint_command(
     from awarl.verify.policy import load_policy
 
     pol = load_policy(policy)
-    with _LintProgress(enabled=progress) as bar:
-        issues = lint(pol, timeout_ms=timeout_ms, budget_s=budget, progress=bar.update)
+    with Progress(enabled=progress, transient=True) as display:
+        issues = lint(pol, timeout_ms=timeout_ms, budget_s=budget, progress=_stage_bars(display))
     if as_json:
         typer.echo(json.dumps({"issues": [i.to_dict() for i in issues]}, indent=2))
     else:
@@ -146,44 +148,16 @@ def lint_command(
         raise typer.Exit(1)
 
 
-class _LintProgress:
-    """Lint progress on stderr: a live bar on a terminal, else a line per stage and every few
-    seconds, so a long lint in a log is never silent."""
+def _stage_bars(display: Progress) -> Callable[[str, int, int], None]:
+    """The lint's ``progress(stage, done, total)`` as a bar per stage."""
+    bars: dict[str, Bar] = {}
 
-    def __init__(self, enabled: bool):
-        from rich.console import Console
+    def update(stage: str, done: int, total: int) -> None:
+        if stage not in bars:
+            bars[stage] = display.add(f"lint: {stage}", total)
+        bars[stage].update(completed=done, total=total)
 
-        self.console = Console(stderr=True)
-        self.enabled, self.live = enabled, enabled and self.console.is_terminal
-        self.task: object = None
-        self.stage, self.last = "", 0.0
-
-    def __enter__(self) -> "_LintProgress":
-        if self.live:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("[bold]lint[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), console=self.console, transient=True)
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live:
-            self.bar.stop()
-
-    def update(self, stage: str, done: int, total: int) -> None:
-        import time
-
-        if not self.enabled:
-            return
-        if self.live:
-            if stage != self.stage:
-                self.task = self.bar.add_task(stage, total=total)
-            self.bar.update(self.task, completed=done, total=total)
-        elif stage != self.stage or done == total or time.monotonic() - self.last > 5:
-            self.console.print(f"lint: {stage} {done}/{total}", highlight=False)
-            self.last = time.monotonic()
-        self.stage = stage
+    return update
 
 
 @app.command("test")
