@@ -11,9 +11,7 @@ MAX_FUNCTION_LINES = 80
 
 # Over the limits today, in modules their owners are reworking; each entry names the file (and the
 # function) and comes off this list when it is split. Everything else the test holds to the limits.
-ALLOWED_FILES = {
-    "chat/manager.py",  # the thread manager, being split into a service and its wiring
-}
+ALLOWED_FILES: set[str] = set()
 ALLOWED_FUNCTIONS: set[tuple[str, str]] = set()
 
 

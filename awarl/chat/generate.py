@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from awarl.llm.text import TextModel
 from awarl.protocol import DEFAULT_REFUSAL_PHRASES, extract_answer, extract_citations, is_abstention
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,8 @@ def rollout_of(checkpoint: str | Path | None, recorded: Mapping[str, Any] | None
 class AgentGenerator:
     """The trained agent: `awarl.agent.runner.Runner` + ``search`` over the corpus, via one queue.
 
-    ``rewrite_backend`` (default: the same backend) answers rewrite prompts when ``decisions``.
+    ``rewrite_backend`` (default: the same backend) answers rewrite prompts when ``decisions``, as
+    plain text through `awarl.llm.text.TextModel` (greedy, at most 512 new tokens).
     """
 
     def __init__(self, backend: Any, retriever: Any, rollout: Any = None, *,
@@ -219,6 +221,7 @@ class AgentGenerator:
         self.backend, self.retriever = backend, retriever
         self.rollout = rollout if rollout is not None else rollout_of(None)
         self.rewrite_backend = rewrite_backend or backend
+        self._rewriter = TextModel(self.rewrite_backend, max_new_tokens=512)
         self.decisions = decisions
         self.name = name or getattr(backend, "name", "agent")
         self.timeout_s = timeout_s
@@ -255,10 +258,7 @@ class AgentGenerator:
 
     def _batch(self, kind: str, payloads: list[Any]) -> list[Any]:
         if kind == "rewrite":
-            from awarl.verify.translate import BackendGenerator
-
-            gen = BackendGenerator(self.rewrite_backend, max_new_tokens=512)
-            return [gen.generate([p], n=1, temperature=0.0)[0][0] for p in payloads]
+            return [self._rewriter.generate([p], n=1, temperature=0.0)[0][0] for p in payloads]
         from awarl.agent.runner import Rollout
         from awarl.data.records import QARecord
 

@@ -1,4 +1,5 @@
-"""ThreadManager: threads persisted in SQLite, processed by a worker pool, audited on every exit.
+"""ThreadManager, the chat service: threads persisted in SQLite, processed by a worker pool, audited on
+every exit; its operations raise the domain errors of `awarl.chat.errors` (the app maps them to HTTP).
 
 - Per-thread locks: a worker running a thread and a user answering its questions never
   interleave; different threads run in parallel.
@@ -7,9 +8,11 @@
 - Persistence: a thread is saved after every state transition. On start, threads a crash left
   PROCESSING are resumed from their saved state or ended in ERROR (``recovery``), audited.
 - Clarifying questions wait ``question_timeout_s`` at most; then a sweeper skips them.
-- Review queue: BORDERLINE citations (optionally cross-checked by a second judge first) and
-  answers that end INVALID after max iterations; a reviewer's correction joins the
-  corrections list and is in every prompt from the next one on.
+- Review queue (`awarl.chat.reviews`): BORDERLINE citations (optionally cross-checked by a second
+  judge first) and answers that end INVALID after max iterations; a reviewer's correction joins
+  the corrections list and is in every prompt from the next one on.
+- What the settings name (validators, translators, judges, generators, the corpus and the
+  policies) is built by `awarl.chat.wiring.Wiring`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import re
 import sqlite3
 import threading
 import time
@@ -27,66 +29,19 @@ from typing import Any
 from awarl.chat.audit import AuditLog, HeadNotMoved, load_or_create_key
 from awarl.chat.config import ChatSettings
 from awarl.chat.errors import ChatError, Conflict, Forbidden, Invalid, NotFound, Unavailable
-from awarl.chat.generate import AgentGenerator, ChatGenerator, GeneratorDown, rollout_of, with_retries
-from awarl.chat.loop import Loop, LoopSettings
-from awarl.chat.prompts import Prompts
-from awarl.chat.store import ServerLock, StorageDown, Store, StoreError
+from awarl.chat.generate import ChatGenerator, with_retries
+from awarl.chat.loop import Loop
+from awarl.chat.reviews import Reviews, ReviewSink
+from awarl.chat.store import ServerLock, StorageDown, Store
 from awarl.chat.thread import TERMINAL, Badge, Clarification, Exit, Iteration, State, Status, Thread
-from awarl.chat.validate import Corrections, Validator
+from awarl.chat.validate import Validator
+from awarl.chat.wiring import Wiring
 
 log = logging.getLogger(__name__)
 
 UNSET: Any = object()
 MAX_PROMPT_CHARS = 8000
 MAX_ANSWER_CHARS = 16000
-
-
-class LazyGenerator:
-    """A generator loaded on first use, so a server starts even when its model endpoint is down;
-    a load failure is a retryable error of the call that needed it (and ends that thread in ERROR)."""
-
-    def __init__(self, spec: str, load: Any, decisions: bool):
-        self.name, self._load, self.decisions = spec, load, decisions
-        self._gen: ChatGenerator | None = None
-        self._lock = threading.Lock()
-
-    def _get(self) -> ChatGenerator:
-        with self._lock:
-            if self._gen is None:
-                self._gen = self._load(self.name)
-            return self._gen
-
-    def answer(self, question: str, temperature: float) -> Any:
-        return self._get().answer(question, temperature)
-
-    def rewrite(self, prompt: str) -> str:
-        return self._get().rewrite(prompt)
-
-    def close(self) -> None:
-        if self._gen is not None and hasattr(self._gen, "close"):
-            self._gen.close()
-
-
-class ReviewSink:
-    """What the citation gate writes BORDERLINE and unjudgeable citations to: the SQLite review queue,
-    after an optional second judge (a YES from it keeps the case out of the queue)."""
-
-    def __init__(self, store: Store, thread_id: str, corpus: Mapping[str, Any] | None, second_judge: Any = None):
-        self.store, self.thread_id, self.corpus, self.second_judge = store, thread_id, corpus or {}, second_judge
-
-    def add(self, entry: Mapping[str, Any]) -> None:
-        entry = dict(entry)
-        if self.second_judge is not None and entry.get("reason") == "borderline":
-            passages = [self.corpus[i] for i in entry.get("passage_ids", []) if i in self.corpus]
-            try:
-                verdict = self.second_judge.judge(entry.get("sentence", ""), passages, entry.get("question", ""))
-                entry["second_judge"] = verdict.value
-                if verdict.value == "YES":
-                    log.info("thread %s: second judge cleared a borderline citation", self.thread_id)
-                    return
-            except Exception as exc:  # a judge that could not judge leaves the case to a person
-                entry["second_judge"] = f"failed: {exc}"
-        self.store.add_review(entry.get("reason", "borderline"), entry, self.thread_id)
 
 
 class ThreadManager:
@@ -102,34 +57,18 @@ class ThreadManager:
             raise
 
     def _open(self, generators: Mapping[str, ChatGenerator] | None) -> None:
-        from awarl.verify.citations import load_corrections
-
         settings = self.settings
         self.store = Store(settings.db, timeout_s=settings.db_timeout_s, check=True)
         self._unsaved: dict[str, Thread] = {}  # threads whose last state the database refused; shown from here
         self._exits_written: set[str] = set()
         self.audit = AuditLog(settings.audit, self.store, load_or_create_key(settings.db, settings.audit, settings.audit_secret_env))
-        self.prompts = Prompts(settings.prompts_dir, max_questions=settings.max_questions)
-        self.loop_settings = LoopSettings(max_questions=settings.max_questions,
-                                          max_question_rounds=settings.max_question_rounds,
-                                          temperature=settings.temperature, resample_feedback=settings.resample_feedback,
-                                          retries=settings.retries,
-                                          backoff_s=settings.backoff_s)
-        self.corrections = Corrections(load_corrections(settings.corrections) if settings.corrections else [],
-                                       self.store.corrections)
-        self.corpus = self._load_corpus()
-        self._generators: dict[str, ChatGenerator] = dict(generators or {})
-        self._given_generators = tuple(self._generators)
-        self._gen_lock = threading.Lock()
-        self._retriever: Any = None
+        self.wiring = Wiring(settings, self.store, generators)
+        self.corrections, self.corpus = self.wiring.corrections, self.wiring.corpus
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
-        self._versions: dict[str, str] = {}
-        self._api_validators: dict[str, Validator] = {}
-        self._api_lock = threading.Lock()
         runtime = self.store.setting("config") or {}
         generator = runtime.get("generator", settings.generator)
         if generator is not None and generator not in self.allowed_generators():
@@ -141,9 +80,7 @@ class ThreadManager:
             "policy": runtime.get("policy", settings.policy_name) if runtime.get("policy") in settings.policies else settings.policy_name,
             "max_iterations": runtime.get("max_iterations", settings.max_iterations),
         }
-        for name in settings.policies:  # every policy a user may switch to is read now: a broken file is named at start
-            self._policy_version(name)
-        self._second_judge = self._make_second_judge()
+        self.review_queue = Reviews(self.store, self.audit, self.wiring, lambda: self.runtime["policy"])
         log.info("chat: %s mode: %s", self.mode, self.mode_note)
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -165,9 +102,7 @@ class ThreadManager:
             self._queue.put(None)
         for th in self._threads:
             th.join(timeout=10)
-        for gen in self._generators.values():
-            if hasattr(gen, "close"):
-                gen.close()
+        self.wiring.close()
         self.store.close()
         self.lock.release()
 
@@ -206,7 +141,7 @@ class ThreadManager:
                             {"mode": "validate-only", "note": self.mode_note})
         policy = self.runtime["policy"]
         t = Thread.new(prompt.strip(), given_answer=answer, generator=generator, policy=policy,
-                       policy_version=self._policy_version(policy), max_iterations=int(self.runtime["max_iterations"]))
+                       policy_version=self.wiring.policy_version(policy), max_iterations=int(self.runtime["max_iterations"]))
         t.note("submitted", mode=self.mode)
         self.store.save_thread(t, token_hash=token_hash)
         self._queue.put(t.id)
@@ -299,7 +234,7 @@ class ThreadManager:
             raise Forbidden("generator_not_allowed", f"generator {generator!r} is not on this server's allow-list "
                             "(the config's generator and generators)", {"allowed": sorted(self.allowed_generators())})
         if policy is not None:
-            self._policy_version(policy)
+            self.wiring.policy_version(policy)
             self.runtime["policy"] = policy
         if max_iterations is not None:
             self.runtime["max_iterations"] = max_iterations
@@ -318,17 +253,15 @@ class ThreadManager:
         return self.config()
 
     def allowed_generators(self) -> set[str]:
-        """The specs this server may serve: its configured generator, the config's ``generators`` list, and
-        generators handed in by the embedding program."""
-        s = self.settings
-        return {g for g in (s.generator, *s.generators, *self._given_generators) if g}
+        """The specs this server may serve (`Wiring.allowed_generators`)."""
+        return self.wiring.allowed_generators()
 
     def policies(self) -> list[dict[str, Any]]:
         from awarl.verify.policy_tests import default_tests_path
 
         out = []
         for name, path in sorted(self.settings.policies.items()):
-            pol = self._policy(name)
+            pol = self.wiring.policy(name)
             out.append({"name": name, "path": path, "version": pol.version, "variables": len(pol.variables),
                         "rules": [{"id": r.id, "description": r.description} for r in pol.rules],
                         "has_tests": default_tests_path(path).exists(), "active": name == self.runtime["policy"]})
@@ -346,79 +279,20 @@ class ThreadManager:
         tests = load_policy_tests(path)
         rows = [{"name": t.name, "question": t.question, "answer": t.answer, "expected": t.expected.value} for t in tests]
         if run:
-            from awarl.verify.policy import load_policy
-
-            outcomes = run_policy_tests(load_policy(self.settings.policies[name]), tests, lambda _t: PatternTranslator())
+            outcomes = run_policy_tests(self.wiring.policy(name), tests, lambda _t: PatternTranslator())
             for row, o in zip(rows, outcomes):
                 row.update(actual=o.actual.value if o.actual else None, passed=o.passed)
         return {"policy": name, "tests": rows}
 
     # -- reviews -----------------------------------------------------------------------------------
     def reviews(self, status: str | None = None) -> list[dict[str, Any]]:
-        if status not in (None, "pending", "decided"):
-            raise Invalid("bad_status", f"status must be pending or decided, got {status!r}")
-        return [r.to_dict() for r in self.store.reviews(status)]
+        return self.review_queue.list(status)
 
     def decide(self, review_id: int, verdict: str, correction: str | None, *, reviewer: str | None = None,
                override: bool = False, reason: str | None = None) -> dict[str, Any]:
-        """A reviewer's decision. ``reject`` marks the review's sentence wrong: from then on the citation
-        gate flags an answer repeating it, and prompts quote it as marked wrong. Marking wrong a sentence
-        the corpus supports (the checker proves it from its passages, or the support judge says YES)
-        needs ``override`` and a ``reason``. Every decision is audited with the reviewer's name."""
-        if verdict not in ("approve", "reject"):
-            raise Invalid("bad_verdict", f"verdict must be approve or reject, got {verdict!r}")
-        review = self.store.review(review_id)
-        if review is None:
-            raise NotFound("review_not_found", f"no review {review_id}")
-        if review.status != "pending":
-            raise Conflict("review_decided", f"review {review_id} was already decided")
-        note = correction.strip() if correction and correction.strip() else None
-        reason = reason.strip() if reason and reason.strip() else None
-        if override and not reason:
-            raise Invalid("override_needs_reason", "override: true needs a reason (why the corpus is wrong here)")
-        sentence = display_sentence(review.data.get("sentence") or "")
-        marked = sentence if verdict == "reject" and len(sentence) >= 8 else None
-        support = self._support(review) if marked else None
-        if support and not override:
-            raise Conflict("sentence_supported",
-                            f"the corpus supports {sentence!r} ({support}); to mark it wrong anyway send override: true "
-                            "and a reason", {"sentence": sentence, "support": support})
-        error = re.escape(marked) if marked else None
-        try:
-            decided = self.store.decide_review(review_id, verdict, note, sentence=marked, error=error, reviewer=reviewer,
-                                               override=override, reason=reason)
-        except StoreError as exc:
-            raise Conflict("review_decided", str(exc)) from None
-        self.audit.append({"event": "REVIEW_DECIDED", "review_id": review_id, "thread_id": review.thread_id,
-                           "reviewer": reviewer, "verdict": verdict, "sentence_marked_wrong": marked, "note": note,
-                           "supported_by_corpus": support, "override": override, "reason": reason})
-        return decided.to_dict()
-
-    def _support(self, review: Any) -> str | None:
-        """Why the corpus supports the review's sentence, or None: the checker proves it from the passages
-        it cites (VALID, nothing INVALID), or the support judge says YES for them."""
-        from awarl.verify.citations import Verdict
-
-        thread = self.store.load_thread(review.thread_id) if review.thread_id else None
-        ids = list(review.data.get("passage_ids") or []) or [p["id"] for p in (thread.cited if thread else [])]
-        evidence = [{"id": i, "title": self.corpus[i].title, "text": self.corpus[i].text} for i in ids if self.corpus and i in self.corpus]
-        if not evidence:
-            return None
-        sentence = review.data.get("sentence") or ""
-        question = review.data.get("question") or (thread.prompt if thread else "")
-        policy = thread.policy if thread and thread.policy in self.settings.policies else self.runtime["policy"]
-        with self._api_lock:  # one validator per policy for the API side, used by one request at a time
-            if policy not in self._api_validators:
-                self._api_validators[policy] = self._validator(policy)
-            v = self._api_validators[policy]
-            cites = " ".join(f"[{p['id']}]" for p in evidence)
-            found = v.validate(question, thread.clarifications if thread else [], f"{sentence} {cites}", evidence).findings
-            if any(f.result.value == "VALID" for f in found) and not any(f.result.value == "INVALID" for f in found):
-                return "the checker proves it from passages " + ", ".join(p["id"] for p in evidence)
-            passages = [self.corpus[p["id"]] for p in evidence]
-            if v.judge is not None and v.judge.judge(sentence, passages, question) is Verdict.YES:
-                return "the support judge says YES for passages " + ", ".join(p["id"] for p in evidence)
-        return None
+        """A reviewer's decision (`Reviews.decide`)."""
+        return self.review_queue.decide(review_id, verdict, correction, reviewer=reviewer, override=override,
+                                        reason=reason)
 
     # -- workers -----------------------------------------------------------------------------------
     def _lock_for(self, thread_id: str) -> threading.Lock:
@@ -443,14 +317,14 @@ class ThreadManager:
                 return
             try:
                 if t.policy not in validators:
-                    validators[t.policy] = self._validator(t.policy)
-                generator = self._generator(t.generator) if t.generator else None
+                    validators[t.policy] = self.wiring.validator(t.policy)
+                generator = self.wiring.generator(t.generator) if t.generator else None
             except Exception as exc:
                 t.state, t.status, t.exit, t.error = State.ERROR, Status.ERROR, Exit.ERROR, f"setup failed: {exc}"
                 self._save(t)
                 return
-            loop = Loop(validators[t.policy], generator, self.prompts, self.loop_settings,
-                        review_sink=lambda thread_id: ReviewSink(self.store, thread_id, self.corpus, self._second_judge))
+            loop = Loop(validators[t.policy], generator, self.wiring.prompts, self.wiring.loop_settings,
+                        review_sink=lambda thread_id: ReviewSink(self.store, thread_id, self.corpus, self.wiring.second_judge))
             loop.run(t, self._save)
 
     def _save(self, t: Thread) -> None:
@@ -563,97 +437,6 @@ class ThreadManager:
                 self._save(t)
             log.warning("thread %s was left PROCESSING by a restart: %s", tid,
                         "resumed" if self.settings.recovery == "resume" else "ended in ERROR")
-
-    # -- building blocks ---------------------------------------------------------------------------
-    def _load_corpus(self) -> dict[str, Any] | None:
-        if not self.settings.corpus:
-            return None
-        from awarl.data.records import load_corpus
-
-        return {p.id: p for p in load_corpus(self.settings.corpus)}
-
-    def _policy(self, name: str) -> Any:
-        from awarl.verify.policy import load_policy
-
-        return load_policy(self.settings.policies[name])
-
-    def _policy_version(self, name: str) -> str:
-        if name not in self._versions:
-            self._versions[name] = self._policy(name).version
-        return self._versions[name]
-
-    def _validator(self, policy: str) -> Validator:
-        s = self.settings
-        translator, judge = None, "lexical"
-        if s.translator == "llm":
-            from awarl.verify.openai_client import OpenAIChatBackend
-            from awarl.verify.translate import LLMTranslator
-
-            if not s.llm_url or not s.llm_model:
-                raise ValueError("translator: llm needs llm_url and llm_model")
-            translator = LLMTranslator(OpenAIChatBackend(s.llm_url, s.llm_model), samples=s.llm_samples)
-        if s.judge == "none":
-            judge = None
-        elif s.judge == "llm":
-            from awarl.verify.citations import LLMSupportJudge
-            from awarl.verify.openai_client import OpenAIChatBackend
-
-            judge = LLMSupportJudge(OpenAIChatBackend(s.llm_url, s.llm_model))
-        return Validator(s.policies[policy], translator=translator, corpus=self.corpus, corrections=self.corrections,
-                         judge=judge, timeout_ms=s.check_timeout_ms)
-
-    def _make_second_judge(self) -> Any:
-        spec = self.settings.second_judge
-        if not spec:
-            return None
-        from awarl.llm.spec import parse_spec
-        from awarl.verify.citations import LLMSupportJudge
-        from awarl.verify.openai_client import OpenAIChatBackend
-
-        parsed = parse_spec(spec)
-        if parsed.kind != "openai" or not parsed.model:
-            raise ValueError(f"second_judge must be openai:URL#MODEL, got {spec!r}")
-        return LLMSupportJudge(OpenAIChatBackend(parsed.target, parsed.model))
-
-    def _generator(self, spec: str) -> ChatGenerator:
-        with self._gen_lock:
-            if spec not in self._generators:
-                self._generators[spec] = LazyGenerator(spec, self._load_generator, self.settings.uses_decisions(spec))
-            return self._generators[spec]
-
-    def _load_generator(self, spec: str) -> ChatGenerator:
-        from awarl.llm.spec import load_backend, parse_spec
-
-        s = self.settings
-        try:
-            backend = load_backend(spec, timeout=min(120.0, s.generation_timeout_s), max_retries=1)
-            rewrite = load_backend(s.rewrite_generator, timeout=min(120.0, s.generation_timeout_s), max_retries=1) \
-                if s.rewrite_generator else None
-        except Exception as exc:
-            raise GeneratorDown(f"could not load generator {spec!r}: {exc}") from exc
-        parsed = parse_spec(spec)
-        checkpoint = parsed.target if parsed.kind in ("hf", "vllm") else None
-        return AgentGenerator(backend, self._retriever_once(), rollout_of(checkpoint, s.rollout), rewrite_backend=rewrite,
-                              decisions=s.uses_decisions(spec), name=spec, timeout_s=s.generation_timeout_s)
-
-    def _retriever_once(self) -> Any:
-        """What the agent searches: ``index`` (a saved index folder or a retrieval server URL), else the
-        corpus indexed with BM25 in memory — through the opener every stage uses."""
-        if self._retriever is None:
-            spec = self.settings.index or self.settings.corpus
-            if not spec:
-                raise GeneratorDown("the agent needs a corpus (or index) to search; set corpus: in the chat config")
-            from awarl.search.client import open_retriever
-
-            self._retriever = open_retriever(spec)
-        return self._retriever
-
-
-def display_sentence(text: str) -> str:
-    """A sentence as a reviewer saw it: no ``<answer>`` tags, no citation markers."""
-    from awarl.chat.validate import claim_text
-
-    return claim_text(text)
 
 
 def audit_record(t: Thread) -> dict[str, Any]:

@@ -168,7 +168,7 @@ class JudgeCache:
 
 class LLMJudge:
     """Citation judge backed by an OpenAI-compatible ``/chat/completions`` endpoint, through awarl's one
-    HTTP chat client (`awarl.llm.openai_chat.OpenAIChatGenerator`: timeouts, retries with backoff on
+    text-in/text-out adapter (`awarl.llm.text.TextModel`: timeouts, retries with backoff on
     timeouts / connection errors / 408 / 409 / 429 / 5xx, bounded concurrency)."""
 
     name = "llm"
@@ -187,13 +187,13 @@ class LLMJudge:
 
     @property
     def client(self) -> Any:
-        """The HTTP chat client, made on first use (and again after unpickling)."""
+        """The judge model (a `TextModel`), made on first use (and again after unpickling)."""
         if self._client is None:
-            from awarl.llm.openai_chat import OpenAIChatGenerator
+            from awarl.llm.text import TextModel
 
-            self._client = OpenAIChatGenerator(
-                self.base_url, self.model, api_key=self.api_key or "", timeout=self.timeout_s,
-                max_retries=self.max_retries, backoff=self.backoff_s, concurrency=self.concurrency, check=False,
+            self._client = TextModel.openai(
+                self.base_url, self.model, api_key=self.api_key or "", timeout_s=self.timeout_s,
+                retries=self.max_retries, backoff_s=self.backoff_s, concurrency=self.concurrency, max_new_tokens=256,
                 extra_body={"response_format": {"type": "json_object"}} if self.json_mode else None)
         return self._client
 
@@ -250,12 +250,11 @@ class LLMJudge:
         return results
 
     def _judge_one(self, req: JudgeRequest) -> list[str] | JudgeFailure:
-        from awarl.llm.base import BackendError, ChatPrompt, SamplingParams
+        from awarl.llm.base import BackendError
 
         try:
-            [gen] = self.client.generate([ChatPrompt(self.messages(req))],
-                                         SamplingParams(temperature=0.0, max_new_tokens=256))
-            return parse_needed(gen.text, [p.id for p in req.passages])
+            [reply] = self.client.chat(self.messages(req), n=1, temperature=0.0)
+            return parse_needed(reply, [p.id for p in req.passages])
         except JudgeFailure as failure:
             return failure
         except BackendError as err:  # reason: timeout, connection, http_<status>; else a malformed body

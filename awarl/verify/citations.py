@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 from awarl.protocol import extract_citations, normalize_answer
 from awarl.data.records import Passage
-from awarl.errors import AwarlError, ConfigError
+from awarl.errors import AwarlError, BackendError, ConfigError
+from awarl.llm.text import TextModel
 from awarl.verify.findings import CitationIssue, Finding, Result
-from awarl.verify.openai_client import BackendError, OpenAIChatBackend
 from awarl.verify.policy import nested_repeat, read_document
 
 _CITE_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63})\]")
@@ -117,9 +117,10 @@ _VERDICT_RE = re.compile(r"\b(YES|NO|BORDERLINE)\b")
 
 @dataclass
 class LLMSupportJudge:
-    """A YES / NO / BORDERLINE judge over an OpenAI-compatible chat endpoint (temperature 0)."""
+    """A YES / NO / BORDERLINE judge over any model (``TextModel.openai(url, model)`` for an
+    OpenAI-compatible endpoint), at temperature 0."""
 
-    backend: OpenAIChatBackend
+    backend: TextModel
 
     def judge(self, claim: str, passages: Sequence[Passage], question: str = "") -> Verdict:
         text = "\n".join(f"[{p.id}] {p.title}: {p.text}" for p in passages)

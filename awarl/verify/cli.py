@@ -17,7 +17,7 @@ app = typer.Typer(no_args_is_help=True, help="Automated-reasoning checks (Z3) an
 
 def _translator(name: str, llm_url: Optional[str], llm_model: Optional[str], samples: int, threshold: float, temperature: float,
                 timeout_ms: int = 5000):
-    from awarl.verify.openai_client import OpenAIChatBackend
+    from awarl.llm.text import TextModel
     from awarl.verify.translate import LLMTranslator, PatternTranslator
 
     if name == "pattern":
@@ -25,7 +25,7 @@ def _translator(name: str, llm_url: Optional[str], llm_model: Optional[str], sam
     if name == "llm":
         if not llm_url or not llm_model:
             fail("--translator llm needs --llm-url and --llm-model", 2)
-        return LLMTranslator(OpenAIChatBackend(llm_url, llm_model), samples=samples, threshold=threshold, temperature=temperature)
+        return LLMTranslator(TextModel.openai(llm_url, llm_model), samples=samples, threshold=threshold, temperature=temperature)
     fail(f"unknown translator {name!r} (pattern or llm)", 2)
 
 
@@ -79,13 +79,13 @@ def _citation_findings(question, answer, corpus, corrections, review_queue, llm_
         return []
     from awarl.data.records import load_corpus
     from awarl.verify.citations import CitationGate, LexicalJudge, LLMSupportJudge, ReviewQueue, load_corrections
-    from awarl.verify.openai_client import OpenAIChatBackend
+    from awarl.llm.text import TextModel
 
     judge = LexicalJudge()
     if llm_judge:
         if not llm_url or not llm_model:
             fail("--llm-judge needs --llm-url and --llm-model", 2)
-        judge = LLMSupportJudge(OpenAIChatBackend(llm_url, llm_model))
+        judge = LLMSupportJudge(TextModel.openai(llm_url, llm_model))
     gate = CitationGate(
         corpus={p.id: p for p in load_corpus(corpus)} if corpus else {},
         judge=judge if corpus else None,

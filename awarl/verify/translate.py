@@ -9,7 +9,8 @@
   reported among the untranslated premises, so it can never make a claim VALID. A conditional
   answer sentence ("If your items are regular-priced, you get 15% off.") is the claim
   ``(=> assumption claim)``: its assumption is never taken as a premise.
-- `LLMTranslator` asks any generation backend for structured JSON, N samples; the confidence is
+- `LLMTranslator` asks any generation backend (through `awarl.llm.text.TextModel`, or any object
+  with its ``generate(prompts, n, temperature)``) for structured JSON, N samples; the confidence is
   the share of samples SMT-equivalent to the leading one; below the threshold the result is an
   `Ambiguity` with the two leading options.
 
@@ -213,31 +214,6 @@ def _add(into: list[Statement], new: Sequence[Statement]) -> None:
 
 
 # -- LLM translator --------------------------------------------------------------------------
-class BackendGenerator:
-    """Adapts an `awarl.llm` backend (in-process transformers, vLLM, OpenAI-compatible chat) to
-    the `Generator` protocol: each prompt becomes a one-message conversation sampled ``n`` times."""
-
-    def __init__(self, backend: Any, *, max_new_tokens: int = 512):
-        self.backend, self.max_new_tokens = backend, max_new_tokens
-
-    def generate(self, prompts: list[str], n: int, temperature: float) -> list[list[str]]:
-        from awarl.llm.base import ChatPrompt, SamplingParams
-
-        params = SamplingParams(temperature=temperature, max_new_tokens=self.max_new_tokens)
-        batch: list[Any] = []
-        for prompt in prompts:
-            messages = [{"role": "user", "content": prompt}]
-            if self.backend.accepts == "messages":
-                item: Any = ChatPrompt(messages=messages)
-            else:
-                text = self.backend.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-                item = self.backend.tokenizer(text, add_special_tokens=False)["input_ids"]
-            batch.extend([item] * n)
-        gens = self.backend.generate(batch, params)
-        texts = [(g.message or {}).get("content") or g.text for g in gens]
-        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-
 _PROMPT = """You translate a question and an answer into formal logic over the variables of a policy.
 
 Variables (name: type — description):

@@ -88,11 +88,11 @@ def server(tmp_path, world_dir, world, monkeypatch):
             return "DECISION: ASK_QUESTIONS\n1. **Question:** Are the items regular-priced or on sale?"
         return f"DECISION: REWRITE\nANSWER: <answer>{q.answer}</answer> {cites}"
 
-    import awarl.chat.manager as manager_module
+    import awarl.chat.wiring as wiring_module
 
-    real = manager_module.Validator
+    real = wiring_module.Validator
     AmbiguousOnce.fired = False
-    monkeypatch.setattr(manager_module, "Validator",
+    monkeypatch.setattr(wiring_module, "Validator",
                         lambda path, translator=None, **kw: real(path, translator=translator or AmbiguousOnce(), **kw))
     settings = settings_for(tmp_path, generator="scripted", policy=str(world_dir / "policy.yaml"), policy_name="world",
                             corpus=str(world_dir / "corpus.jsonl"), mode_note="Scripted agent over the test world.")

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from awarl.data.records import Passage
+from awarl.llm.text import TextModel
 from awarl.verify.citations import (
     CitationGate,
     LexicalJudge,
@@ -18,7 +19,6 @@ from awarl.verify.citations import (
     render_corrections,
 )
 from awarl.verify.findings import Finding, Result, aggregate
-from awarl.verify.openai_client import OpenAIChatBackend
 
 CORRECTIONS = Path(__file__).resolve().parents[2] / "configs" / "policies" / "corrections.yaml"
 
@@ -117,7 +117,7 @@ def test_bad_corrections_files_name_the_entry_and_field(tmp_path, text, message)
 def test_llm_support_judge_over_a_local_server(chat_server, tmp_path):
     replies = iter([(503, []), (200, ["YES"]), (200, ["**NO** - the passage is about Berlin."]), (200, ["Borderline."]), (200, ["I cannot tell."])])
     server = chat_server(lambda body: next(replies))
-    judge = LLMSupportJudge(OpenAIChatBackend(server.base_url, "judge", timeout_s=5, retries=2, backoff_s=0.01))
+    judge = LLMSupportJudge(TextModel.openai(server.base_url, "judge", timeout_s=5, retries=2, backoff_s=0.01))
     passages = [Passage("p1", "Paris", "Paris is the capital of France."), Passage("p2", "Berlin", "Berlin is the capital of Germany.")]
     queue = ReviewQueue(tmp_path / "review.jsonl")
     gate = CitationGate.from_passages(passages, judge=judge, review_queue=queue)

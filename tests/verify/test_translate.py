@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from awarl.verify.findings import Ambiguity, Result, Translation, aggregate
-from awarl.verify.openai_client import BackendError, OpenAIChatBackend
+from awarl.errors import BackendError
+from awarl.llm.text import TextModel
 from awarl.verify.policy import load_policy
 from awarl.verify.reasoner import check
 from awarl.verify.translate import LLMTranslator, PatternTranslator, TranslationError
@@ -184,7 +185,7 @@ def test_llm_translator_over_a_local_openai_compatible_server(pricing, chat_serv
         return 200, [gold if calls["n"] % 2 == 0 else silver]
 
     server = chat_server(reply)
-    backend = OpenAIChatBackend(server.base_url, "translator", timeout_s=5, retries=2, backoff_s=0.01)
+    backend = TextModel.openai(server.base_url, "translator", timeout_s=5, retries=2, backoff_s=0.01)
     translator = LLMTranslator(backend, samples=4, threshold=1.0)
     [item] = translator.translate(Q, A, pricing)
     assert isinstance(item, Ambiguity) and item.confidence == 0.5
@@ -195,25 +196,24 @@ def test_llm_translator_over_a_local_openai_compatible_server(pricing, chat_serv
 
 def test_http_backend_gives_up_with_a_clear_error(chat_server):
     server = chat_server(lambda body: (500, []))
-    backend = OpenAIChatBackend(server.base_url, "m", timeout_s=5, retries=1, backoff_s=0.01)
+    backend = TextModel.openai(server.base_url, "m", timeout_s=5, retries=1, backoff_s=0.01)
     with pytest.raises(BackendError, match=r"failed after 2 attempts; last error: HTTP 500"):
         backend.generate(["hi"], n=1, temperature=0.0)
     assert len(server.requests) == 2
     bad_request = chat_server(lambda body: (400, []))
     with pytest.raises(BackendError, match="HTTP 400"):
-        OpenAIChatBackend(bad_request.base_url, "m", retries=3, backoff_s=0.01).generate(["hi"], 1, 0.0)
+        TextModel.openai(bad_request.base_url, "m", retries=3, backoff_s=0.01).generate(["hi"], 1, 0.0)
     assert len(bad_request.requests) == 1  # a client error is not retried
 
 
 def test_llm_translator_over_awarls_own_chat_backend(pricing, chat_server):
     from awarl.llm.openai_chat import OpenAIChatGenerator
-    from awarl.verify.translate import BackendGenerator
 
     gold = _sample(["(= tier gold)", "(not is_sale_item)"], ["(= discount_percent 15)"])
     server = chat_server(lambda body: (200, [gold]))
     backend = OpenAIChatGenerator(server.base_url, "translator", check=False, concurrency=2, backoff=0.01)
     try:
-        translator = LLMTranslator(BackendGenerator(backend, max_new_tokens=256), samples=3, temperature=0.9)
+        translator = LLMTranslator(TextModel(backend, max_new_tokens=256), samples=3, temperature=0.9)
         findings = check(pricing, Q, A, translator)
     finally:
         backend.close()
@@ -223,11 +223,10 @@ def test_llm_translator_over_awarls_own_chat_backend(pricing, chat_server):
     assert server.requests[0]["max_tokens"] == 256
 
 
-def test_backend_generator_drives_a_real_tiny_transformers_model(pricing, tiny_model_dir):
+def test_text_model_drives_a_real_tiny_transformers_model(pricing, tiny_model_dir):
     from awarl.llm.hf import HFGenerator
-    from awarl.verify.translate import BackendGenerator
 
-    generator = BackendGenerator(HFGenerator(tiny_model_dir, device="cpu", dtype="float32"), max_new_tokens=8)
+    generator = TextModel(HFGenerator(tiny_model_dir, device="cpu", dtype="float32"), max_new_tokens=8)
     texts = generator.generate(["Translate: hello", "Translate: bye"], n=2, temperature=1.0)
     assert [len(t) for t in texts] == [2, 2] and all(isinstance(x, str) for row in texts for x in row)
     # An untrained model writes no JSON: the translator says so instead of guessing a verdict.
