@@ -297,6 +297,32 @@ def append_rows(sink: Any, rows: list[dict[str, Any]]) -> None:
     os.fsync(sink.fileno())
 
 
+def append_log_row(path: Path, row: dict[str, Any]) -> None:
+    """Append one row to a progress log (a training run's metrics, the probe's rounds), creating its
+    folder; after a row torn by a kill the new row starts a line of its own, so it is not lost with it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+b") as sink:
+        end = sink.seek(0, os.SEEK_END)
+        if end and (sink.seek(end - 1), sink.read(1))[1] != b"\n":
+            sink.write(b"\n")
+        sink.write((json.dumps(row) + "\n").encode("utf-8"))
+
+
+def read_log_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a progress log in the order written; no file is no rows. A line that is not JSON (a
+    row torn by a kill) is left out: a progress log records what happened, it is no input."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
 def drop_torn_tail(path: Path) -> None:
     """Cut an unfinished last line (a crash mid-write) off a JSONL file; add a missing final newline."""
     data = path.read_bytes()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from awarl.data.records import append_log_row, read_log_rows
 from awarl.train.config import LoggingConfig
 
 PENALTY_STATE_FILE = "awa_penalty_state.json"
@@ -249,9 +250,7 @@ class MetricsLog(Callback):
         if not state.is_world_process_zero or not logs:
             return
         row = {"step": state.global_step, **{k: v for k, v in logs.items() if _jsonable(v)}}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as sink:
-            sink.write(json.dumps(row) + "\n")
+        append_log_row(self.path, row)
         if self.on_log_fn is not None:
             self.on_log_fn(state.global_step, state.max_steps, row)
 
@@ -263,18 +262,10 @@ def _jsonable(value: Any) -> bool:
 def read_metrics_log(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a `MetricsLog` file, one per step (the last one written wins), in step order;
     the end-of-training summary row (``train_runtime``) is left out."""
-    path = Path(path)
-    if not path.exists():
-        return []
     by_step: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line after a kill
-        if "train_runtime" in row:
-            continue
-        by_step.setdefault(row["step"], {}).update(row)
+    for row in read_log_rows(path):
+        if "train_runtime" not in row:
+            by_step.setdefault(row["step"], {}).update(row)
     return [by_step[s] for s in sorted(by_step)]
 
 

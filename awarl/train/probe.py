@@ -21,14 +21,13 @@ bound of the pooled counts.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from awarl.data.records import QARecord
+from awarl.data.records import QARecord, append_log_row, read_log_rows
 from awarl.train.callbacks import Callback
 
 log = logging.getLogger(__name__)
@@ -135,9 +134,7 @@ class ForcedAnswerProbe:
                    "rollouts": sum(n for _, n in counts.values()), "seconds": round(seconds, 3),
                    "abstained": abstained,
                    "raised": [vars(u) for u in updates]}
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with self.log_path.open("a", encoding="utf-8") as sink:
-                sink.write(json.dumps(row) + "\n")
+            append_log_row(self.log_path, row)
         log.info("adaptive p_i: round %d at step %d, %d rollouts in %.1f s, %d p_i raised", ratchet.rounds, step,
                  sum(n for _, n in counts.values()), seconds, len(updates))
         return updates
@@ -163,14 +160,5 @@ class AdaptiveCapabilityCallback(Callback):
 
 def read_probe_log(path: str | Path) -> list[dict[str, Any]]:
     """The rows of ``adaptive_p.jsonl``, one per round (the last one written wins after a resume)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    rows: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line after a kill
-        rows[row["round"]] = row
+    rows = {row["round"]: row for row in read_log_rows(path)}
     return [rows[r] for r in sorted(rows)]
