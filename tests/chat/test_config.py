@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -106,44 +103,19 @@ def test_validation_retries_with_backoff_then_succeeds_or_ends_in_error():
     assert down.badge.value == "ERROR" and "validation of thread" in down.error and "after 3 attempt(s)" in down.error
 
 
-class Judge(BaseHTTPRequestHandler):
-    verdict = "YES"
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers["Content-Length"]))
-        body = json.dumps({"id": "x", "object": "chat.completion", "model": "judge",
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": type(self).verdict},
-                                        "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.mark.parametrize("verdict,queued", [("YES", 0), ("NO", 1)])
-def test_a_second_judge_cross_checks_borderline_citations(make_manager, world_dir, world, verdict, queued):
-    handler = type("ScriptedJudge", (Judge,), {"verdict": verdict})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        q = next(q for q in world.questions if q.answerable and q.relation == "born")
-        cites = " ".join(f"[{i}]" for i in world.supporting(q))
-        gen = ScriptedGenerator(lambda text, n: f"<answer>{q.answer}, known for poets</answer> {cites}", None)
-        m = make_manager(gen, policy=str(world_dir / "policy.yaml"), corpus=str(world_dir / "corpus.jsonl"),
-                         second_judge=f"openai:http://127.0.0.1:{httpd.server_address[1]}/v1#judge")
-        m.wait(m.submit(q.question).id)
-        reviews = m.reviews()
-        assert len(reviews) == queued
-        if queued:
-            assert reviews[0]["data"]["second_judge"] == "NO"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+def test_a_second_judge_cross_checks_borderline_citations(make_manager, openai_server, world_dir, world, verdict, queued):
+    judge = openai_server(lambda body: [verdict], model="judge")
+    q = next(q for q in world.questions if q.answerable and q.relation == "born")
+    cites = " ".join(f"[{i}]" for i in world.supporting(q))
+    gen = ScriptedGenerator(lambda text, n: f"<answer>{q.answer}, known for poets</answer> {cites}", None)
+    m = make_manager(gen, policy=str(world_dir / "policy.yaml"), corpus=str(world_dir / "corpus.jsonl"),
+                     second_judge=f"openai:{judge.base_url}#judge")
+    m.wait(m.submit(q.question).id)
+    reviews = m.reviews()
+    assert len(reviews) == queued
+    if queued:
+        assert reviews[0]["data"]["second_judge"] == "NO"
 
 
 def test_save_stores_only_the_fields_set_and_a_restart_serves_the_mode_it_reports(tmp_path, caplog):

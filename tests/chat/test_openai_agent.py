@@ -1,72 +1,16 @@
 """The agent behind an OpenAI-compatible endpoint (what `vllm serve` of an exported checkpoint
 offers), end to end over HTTP: the rollout runner with the search tool, the DECISION rewrite turn
-on the same endpoint, and the LLM translator on another — against a local scripted server."""
+on the same endpoint, and the LLM translator on another — against the one fake OpenAI server
+(tests/fake_openai.py)."""
 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
 
 from .conftest import GOLD_80
 
 
-class Server:
-    """POST /v1/chat/completions answered by ``reply(body) -> message dict``; GET /v1/models lists one model."""
-
-    def __init__(self, reply):
-        self.requests: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):  # noqa: N802 (http.server's name)
-                self._send({"object": "list", "data": [{"id": "agent", "object": "model"}]})
-
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                message = reply(body)
-                self._send({"id": "c", "object": "chat.completion", "model": body.get("model"),
-                            "choices": [{"index": i, "message": message, "finish_reason": "stop"}
-                                        for i in range(body.get("n", 1))],
-                            "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}})
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture
-def servers():
-    made = []
-
-    def make(reply):
-        made.append(Server(reply))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.close()
-
-
-def test_openai_agent_searches_cites_and_rewrites_with_decisions(make_manager, servers, world_dir, world):
+def test_openai_agent_searches_cites_and_rewrites_with_decisions(make_manager, openai_server, world_dir, world):
     q = next(q for q in world.questions if q.answerable and q.relation == "born")
     ids = world.supporting(q)
     wrong = next(c for c in sorted(set(world.parent.values())) if c != q.answer)
@@ -83,8 +27,8 @@ def test_openai_agent_searches_cites_and_rewrites_with_decisions(make_manager, s
                 {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": json.dumps({"query": q.person})}}]}
         return {"role": "assistant", "content": f"<answer>{wrong}</answer> " + " ".join(f"[{i}]" for i in ids)}
 
-    server = servers(agent)
-    m = make_manager(None, generator=f"openai:{server.url}#agent", policy=str(world_dir / "policy.yaml"),
+    server = openai_server(agent, model="agent")
+    m = make_manager(None, generator=f"openai:{server.base_url}#agent", policy=str(world_dir / "policy.yaml"),
                      corpus=str(world_dir / "corpus.jsonl"))
     assert m.config()["decisions"] is True  # openai: specs answer rewrite prompts with DECISION lines
     t = m.wait(m.submit(q.question).id, timeout=60)
@@ -97,13 +41,13 @@ def test_openai_agent_searches_cites_and_rewrites_with_decisions(make_manager, s
     assert len(server.requests) == 3  # search turn, answer turn, rewrite turn
 
 
-def test_llm_translator_from_the_chat_config(make_manager, servers):
+def test_llm_translator_from_the_chat_config(make_manager, openai_server):
     translation = {"statements": [{"premises": [{"logic": "(= tier gold)", "natural_language": "gold member"},
                                                 {"logic": "(not is_sale_item)", "natural_language": "regular-priced"}],
                                    "claims": [{"logic": "(= discount_percent 15)", "natural_language": "15% off"}]}],
                    "untranslated_premises": [], "untranslated_claims": []}
-    server = servers(lambda body: {"role": "assistant", "content": json.dumps(translation)})
-    m = make_manager(None, translator="llm", llm_url=server.url, llm_model="agent", llm_samples=3)
+    server = openai_server(lambda body: [json.dumps(translation)] * body.get("n", 1), model="agent")  # n choices
+    m = make_manager(None, translator="llm", llm_url=server.base_url, llm_model="agent", llm_samples=3)
     t = m.wait(m.submit(GOLD_80, "As a gold member you get 15% off.").id, timeout=60)
     assert t["badge"] == "VALID_GIVEN_YOUR_STATEMENT", t
     finding = t["iterations"][0]["findings"][0]
