@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.agent.settings import RolloutSettings
-from awarl.data.records import DataError, QARecord, append_rows, drop_torn_tail, iter_jsonl
+from awarl.data.records import DataError, QARecord, UniqueIds, append_rows, drop_torn_tail, iter_jsonl
 from awarl.errors import ConfigError
 
 CHUNK_POOLS = 4
@@ -127,11 +127,11 @@ def read_rows(path: Path, key: str, check: Callable[[int, dict[str, Any]], None]
         return {}
     drop_torn_tail(path)
     rows: dict[str, dict[str, Any]] = {}
+    unique = UniqueIds(path, field=key)
     for lineno, row in iter_jsonl(path):
         if key not in row:
             raise DataError(path, f"line {lineno}", "missing required field", key)
-        if row[key] in rows:
-            raise DataError(path, f"line {lineno}", f"id {row[key]!r} appears twice; this file mixes two runs", key)
+        unique.add(row[key], f"line {lineno}", problem=f"id {row[key]!r} appears twice (this file mixes two runs)")
         if check is not None:
             check(lineno, row)
         rows[row[key]] = row

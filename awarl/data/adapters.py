@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from awarl.data.records import (DataError, Passage, QARecord, iter_jsonl, json_type, kind_name, parse_json, passage_id,
-                                read_text)
+from awarl.data.records import (DataError, Passage, QARecord, UniqueIds, iter_jsonl, json_type, kind_name, parse_json,
+                                passage_id, read_text)
 from awarl.errors import ConfigError
 
 
@@ -184,13 +184,11 @@ def _wiki_style(rows: Iterable[tuple[str, Any]], path: Path, dataset: str) -> tu
     `supporting_facts` = [[title, sentence index]]."""
     corpus = CorpusBuilder()
     records = []
-    seen: dict[str, str] = {}
+    seen = UniqueIds(path, field="_id")
     for where, row in rows:
         check_format(row, dataset, path, where)
         qid = required_field(row, "_id", str, path, where)
-        if qid in seen:
-            raise DataError(path, where, f"duplicate id {qid!r} (first at {seen[qid]})", "_id")
-        seen[qid] = where
+        seen.add(qid, where)
         question = required_field(row, "question", str, path, where)
         answer = required_field(row, "answer", str, path, where)
         context = required_field(row, "context", list, path, where)
@@ -241,7 +239,7 @@ def load_musique(path: str | Path) -> tuple[list[QARecord], list[Passage]]:
     path = Path(path)
     corpus = CorpusBuilder()
     records = []
-    seen: dict[str, int] = {}
+    seen = UniqueIds(path)
     for lineno, row in jsonl_rows(path, "musique"):
         where = f"line {lineno}"
         check_format(row, "musique", path, where)
@@ -264,10 +262,7 @@ def load_musique(path: str | Path) -> tuple[list[QARecord], list[Passage]]:
             if par.get("is_supporting") is True:
                 supporting.append(pid)
         uid = qid if answerable else f"{qid}#unanswerable"
-        if uid in seen:
-            raise DataError(path, where, f"id {qid!r} appears twice with the same answerable flag "
-                                         f"(first on line {seen[uid]})", "id")
-        seen[uid] = lineno
+        seen.add(uid, where, problem=f"id {qid!r} appears twice with the same answerable flag")
         answers = list(dict.fromkeys([answer, *aliases]))
         meta: dict[str, Any] = {"official_id": qid}
         if isinstance(row.get("question_decomposition"), list):
@@ -282,14 +277,12 @@ def load_flashrag(path: str | Path) -> tuple[list[QARecord], list[Passage]]:
     corpus of your own and search in ``global`` scope."""
     path = Path(path)
     records = []
-    seen: dict[str, int] = {}
+    seen = UniqueIds(path)
     for lineno, row in jsonl_rows(path, "flashrag"):
         where = f"line {lineno}"
         check_format(row, "flashrag", path, where)
         qid = str(required_field(row, "id", (str, int), path, where))
-        if qid in seen:
-            raise DataError(path, where, f"duplicate id {qid!r} (first on line {seen[qid]})", "id")
-        seen[qid] = lineno
+        seen.add(qid, where)
         question = required_field(row, "question", str, path, where)
         golds = required_field(row, "golden_answers", list, path, where)
         if not golds or not all(isinstance(g, str) for g in golds):

@@ -14,7 +14,7 @@ import typer
 from awarl.cli_errors import warn
 from awarl.data.adapters import format_names, get_format, load_dataset_file, load_hub
 from awarl.data.folders import replace_folder
-from awarl.data.records import DataError, Passage, QARecord, load_corpus, load_records, write_jsonl
+from awarl.data.records import DataError, Passage, QARecord, UniqueIds, load_corpus, load_records, write_jsonl
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -74,14 +74,12 @@ def merge(
     evaluation). Passages shared by several sets are kept once; a record id that appears twice is an error."""
     records: list[QARecord] = []
     passages: dict[str, Passage] = {}
-    seen: dict[str, str] = {}
+    seen = UniqueIds(dirs[0] / "records.jsonl")  # a repeat names its own file (path=)
     origin: dict[str, str] = {}
     for folder in dirs:
         path = folder / "records.jsonl"
         for n, rec in enumerate(load_records(path), start=1):
-            if rec.id in seen:
-                raise DataError(path, f"record {n}", f"id {rec.id!r} already in {seen[rec.id]}", "id")
-            seen[rec.id] = f"{path}, record {n}"
+            seen.add(rec.id, f"{path}, record {n}", problem=f"id {rec.id!r} is already in another data set", path=path)
             records.append(rec)
         corpus_path = folder / "corpus.jsonl"
         for n, p in enumerate(load_corpus(corpus_path), start=1):

@@ -273,19 +273,45 @@ def load_corpus(path: str | Path) -> list[Passage]:
 
 
 def check_unique_ids(path: str | Path, ids: Iterable[tuple[str, str]], what: str = "id") -> None:
-    """Refuse an id that appears twice (records, passages and output rows are matched by id), naming
-    both places; ``ids`` are ``(id, where)`` pairs such as ``("q1", "line 3")``.
+    """Refuse an id that appears twice (see `UniqueIds`); ``ids`` are ``(id, where)`` pairs such as
+    ``("q1", "line 3")``.
 
     >>> check_unique_ids("r.jsonl", [("a", "line 1"), ("a", "line 2")], "record id")
     Traceback (most recent call last):
     ...
     awarl.errors.DataError: r.jsonl, line 2, field 'id': duplicate record id 'a' (first on line 1)
     """
-    seen: dict[str, str] = {}
+    unique = UniqueIds(path, what)
     for key, where in ids:
-        if key in seen:
-            raise DataError(path, where, f"duplicate {what} {key!r} (first on {seen[key]})", "id")
-        seen[key] = where
+        unique.add(key, where)
+
+
+class UniqueIds:
+    """The one duplicate-id check: records, passages and output rows are matched by id, so an id met
+    again is a `DataError` naming both places. ``add`` as the rows are read; ``problem`` words a
+    check of its own (an id allowed twice under a rule) and ``path`` names the file of the repeat
+    when the ids come from several files.
+
+    >>> ids = UniqueIds("hotpot.json", field="_id")
+    >>> ids.add("a", "example 1 (index 0)")
+    >>> ids.add("a", "example 2 (index 1)")
+    Traceback (most recent call last):
+    ...
+    awarl.errors.DataError: hotpot.json, example 2 (index 1), field '_id': duplicate id 'a' (first at example 1 (index 0))
+    """
+
+    def __init__(self, path: str | Path, what: str = "id", field: str = "id"):
+        self.path, self.what, self.field = path, what, field
+        self.seen: dict[Any, str] = {}
+
+    def add(self, key: Any, where: str, *, problem: str | None = None, path: str | Path | None = None) -> None:
+        first = self.seen.get(key)
+        if first is None:
+            self.seen[key] = where
+            return
+        problem = problem or f"duplicate {self.what} {key!r}"
+        at = "on" if first.startswith("line ") else "at"
+        raise DataError(path or self.path, where, f"{problem} (first {at} {first})", self.field)
 
 
 # -- resumable JSONL: append whole rows, cut a torn tail on restart --------------------------------------
