@@ -75,7 +75,11 @@ class ChatSettings:
     backoff_s: float = doc("First wait between attempts; doubles every retry.", default=0.5)
     generation_timeout_s: float = doc("Time limit of one generation call.", default=300.0)
     check_timeout_ms: int = doc("Time budget of one finding's check; past it, TOO_COMPLEX.", default=5000)
-    workers: int = doc("Threads processed at once.", default=4)
+    workers: int = doc("Threads processed at once (a generation batch holds at most one request per worker).", default=4)
+    batch_size: int = doc("Generation requests of concurrent threads run as one batched rollout, this many at most "
+                          "(1: one at a time).", default=32)
+    batch_window_ms: float = doc("After the first generation request, how long the agent waits for more to batch "
+                                 "with it.", default=20.0)
     db: str = doc("SQLite file of threads, reviews and the audit head.", default="runs/chat/chat.sqlite")
     db_timeout_s: float = doc("How long a database statement waits for another connection's lock before the attempt "
                               "fails (then retried with backoff; after retries the thread ends in ERROR).", default=5.0)
@@ -108,8 +112,11 @@ class ChatSettings:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 1 <= self.max_questions <= 5:
             raise ConfigError(f"max_questions must be in [1, 5], got {self.max_questions}")
-        if self.workers < 1 or self.retries < 1:
-            raise ConfigError("workers and retries must be >= 1")
+        if self.workers < 1 or self.retries < 1 or self.batch_size < 1:
+            raise ConfigError(f"workers, retries and batch_size must be >= 1, got {self.workers}, {self.retries} and "
+                              f"{self.batch_size}")
+        if not self.batch_window_ms >= 0:
+            raise ConfigError(f"batch_window_ms must be >= 0, got {self.batch_window_ms}")
         if not 1 <= self.port <= 65535:
             raise ConfigError(f"port must be in [1, 65535], got {self.port}")
         for name in ("question_timeout_s", "generation_timeout_s", "check_timeout_ms", "db_timeout_s"):
@@ -206,6 +213,8 @@ def default_settings(demo: str | Path = DEMO_DIR, **overrides: Any) -> ChatSetti
         # The world agent is a tiny model trained on bare questions: feedback text appended to the question
         # derails it into broken tool calls, so it is resampled on the bare question (docs/chat.md).
         overrides.setdefault("resample_feedback", False)
+        # A generation batch holds at most one request per worker: enough workers for the batches to fill.
+        overrides.setdefault("workers", 32)
         return ChatSettings(policy=rel("policy") or "", policy_name="world", corpus=rel("corpus"),
                             generator=f"hf:{agent}" if agent else None,
                             rollout=RolloutSettings.from_dict(m["rollout"], f"{manifest}: rollout") if m.get("rollout") else None,

@@ -15,6 +15,7 @@ exponential backoff), which ends the thread in ERROR instead of hanging it.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import queue
@@ -49,9 +50,12 @@ class AgentReply:
     retrieved_ids: list[str] = field(default_factory=list)
     stop_reason: str = "answer"
     seconds: float = 0.0
+    returned: list[dict[str, str]] = field(default_factory=list)
+    """The passages the searches returned, as shown to the agent (``id``, ``title``, ``text``)."""
 
     def search(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k in ("queries", "retrieved_ids", "citations", "stop_reason")}
+        return {k: v for k, v in asdict(self).items()
+                if k in ("queries", "retrieved_ids", "citations", "stop_reason", "returned")}
 
     @classmethod
     def from_text(cls, text: str, phrases: tuple[str, ...] = DEFAULT_REFUSAL_PHRASES, **kw: Any) -> "AgentReply":
@@ -139,12 +143,19 @@ class ScriptedGenerator:
 class GenerationQueue:
     """One thread runs every generation; callers wait on a future (with a timeout, never forever).
 
-    ``batch_fn(kind, payloads)`` handles a list of same-kind requests at once, so questions that
-    arrive together become one batched rollout.
+    ``batch_fn(kind, payloads)`` handles a list of same-kind requests at once, so the requests of
+    concurrent threads become one batched rollout: after the first request the queue waits up to
+    ``window_s`` for more, ``max_batch`` at most (1: one at a time). A batch that fails is run again
+    one request at a time, so a bad request fails alone and the others still get their results.
+    ``sizes`` counts the batches run by size.
     """
 
-    def __init__(self, batch_fn: Callable[[str, list[Any]], list[Any]], *, max_batch: int = 16, name: str = "generation"):
-        self.batch_fn, self.max_batch = batch_fn, max_batch
+    def __init__(self, batch_fn: Callable[[str, list[Any]], list[Any]], *, max_batch: int = 16, window_s: float = 0.0,
+                 name: str = "generation"):
+        if max_batch < 1 or window_s < 0:
+            raise ValueError(f"max_batch must be >= 1 and window_s >= 0, got {max_batch} and {window_s}")
+        self.batch_fn, self.max_batch, self.window_s = batch_fn, max_batch, window_s
+        self.sizes: collections.Counter[int] = collections.Counter()
         self._q: queue.Queue[tuple[str, Any, Future] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -162,26 +173,45 @@ class GenerationQueue:
             item = self._q.get()
             if item is None:
                 return
-            batch = [item]
-            held: list[tuple[str, Any, Future] | None] = []
-            while len(batch) < self.max_batch:
-                try:
-                    nxt = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is not None and nxt[0] == item[0]:
-                    batch.append(nxt)
-                else:
-                    held.append(nxt)
+            batch, held = self._gather(item)
             for h in held:
                 self._q.put(h)
+            self._answer(item[0], batch)
+
+    def _gather(self, first: tuple[str, Any, Future]) -> tuple[list[tuple[str, Any, Future]], list[Any]]:
+        """``first`` and the same-kind requests that arrive within the window; the others are held."""
+        batch, held = [first], []
+        deadline = time.monotonic() + self.window_s
+        while len(batch) < self.max_batch:
+            wait = deadline - time.monotonic()
             try:
-                results = self.batch_fn(item[0], [b[1] for b in batch])
-                for (_, _, fut), res in zip(batch, results):
-                    fut.set_result(res)
-            except BaseException as exc:  # every waiting caller learns why
-                for _, _, fut in batch:
-                    fut.set_exception(exc)
+                nxt = self._q.get(timeout=wait) if wait > 0 else self._q.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is not None and nxt[0] == first[0]:
+                batch.append(nxt)
+            else:
+                held.append(nxt)
+                if nxt is None:  # closing: run what is here without waiting
+                    break
+        return batch, held
+
+    def _answer(self, kind: str, batch: list[tuple[str, Any, Future]]) -> None:
+        self.sizes[len(batch)] += 1
+        try:
+            results = self.batch_fn(kind, [b[1] for b in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"{len(results)} results for a batch of {len(batch)} {kind} requests")
+        except BaseException as exc:
+            if len(batch) > 1:
+                log.warning("a batch of %d %s requests failed (%s); running each alone", len(batch), kind, exc)
+                for b in batch:
+                    self._answer(kind, [b])
+                return
+            batch[0][2].set_exception(exc)  # the waiting caller learns why
+            return
+        for (_, _, fut), res in zip(batch, results):
+            fut.set_result(res)
 
 
 def rollout_of(checkpoint: str | Path | None, recorded: Mapping[str, Any] | None = None) -> Any:
@@ -212,12 +242,14 @@ class AgentGenerator:
     """The trained agent: `awarl.agent.runner.Runner` + ``search`` over the corpus, via one queue.
 
     ``rewrite_backend`` (default: the same backend) answers rewrite prompts when ``decisions``, as
-    plain text through `awarl.llm.text.TextModel` (greedy, at most 512 new tokens).
+    plain text through `awarl.llm.text.TextModel` (greedy, at most 512 new tokens). The questions of
+    concurrent threads run as one batched rollout of up to ``max_batch`` (gathered for ``window_s``
+    after the first; 1 runs them one at a time), each still under a rollout id of its own.
     """
 
     def __init__(self, backend: Any, retriever: Any, rollout: Any = None, *,
                  rewrite_backend: Any = None, decisions: bool = False, name: str | None = None,
-                 timeout_s: float = 300.0, max_batch: int = 16):
+                 timeout_s: float = 300.0, max_batch: int = 16, window_s: float = 0.0):
         self.backend, self.retriever = backend, retriever
         self.rollout = rollout if rollout is not None else rollout_of(None)
         self.rewrite_backend = rewrite_backend or backend
@@ -231,13 +263,16 @@ class AgentGenerator:
         # of its own: a resample of the same question draws a new answer, and a restarted server repeats
         # the same sequence of draws.
         self._requests = itertools.count()
-        self._queue = GenerationQueue(self._batch, max_batch=max_batch)
+        self._queue = GenerationQueue(self._batch, max_batch=max_batch, window_s=window_s)
 
     def close(self) -> None:
         self._queue.close()
 
     def answer(self, question: str, temperature: float) -> AgentReply:
-        return self._wait(self._queue.submit("answer", (question, temperature)), "the agent's answer")
+        # The id is the request's, taken at submission: a batch that fails and is run again one by one
+        # keeps each request's draws.
+        request = f"chat-{next(self._requests)}"
+        return self._wait(self._queue.submit("answer", (question, temperature, request)), "the agent's answer")
 
     def rewrite(self, prompt: str) -> str:
         return self._wait(self._queue.submit("rewrite", prompt), "the rewrite")
@@ -264,16 +299,42 @@ class AgentGenerator:
 
         out: list[Any] = [None] * len(payloads)
         by_temp: dict[float, list[int]] = {}
-        for i, (_, temp) in enumerate(payloads):
+        for i, (_, temp, _) in enumerate(payloads):
             by_temp.setdefault(temp, []).append(i)
         for temp, idx in by_temp.items():
-            rollouts = [Rollout(QARecord(id=f"chat-{next(self._requests)}", question=payloads[i][0], answers=[""],
-                                         dataset="chat")) for i in idx]
+            rollouts = [Rollout(QARecord(id=payloads[i][2], question=payloads[i][0], answers=[""], dataset="chat"))
+                        for i in idx]
             trajs = self._runner(temp).run(rollouts)
             for i, t in zip(idx, trajs):
                 # No <answer> block (a broken tool call, a spent budget) is no answer: it is never checked
                 # or served as one, whatever text the model left.
                 out[i] = AgentReply(text=t.final_text, answer=t.answer, abstained=is_abstention(t.answer, self.phrases),
                                     citations=list(t.citations), queries=list(t.queries),
-                                    retrieved_ids=list(t.retrieved_ids), stop_reason=t.stop_reason, seconds=t.seconds)
+                                    retrieved_ids=list(t.retrieved_ids), stop_reason=t.stop_reason, seconds=t.seconds,
+                                    returned=returned_passages(t, self.retriever))
         return out
+
+
+def returned_passages(trajectory: Any, retriever: Any) -> list[dict[str, str]]:
+    """The passages the agent's searches returned, each once, with the text as the search result showed it
+    (``[<id>] <title>: <text>``, cut to the rollout's passage words): all the agent saw, and so the only
+    passages the loop may take an uncited premise from (`awarl.chat.validate.Validator`)."""
+    from awarl.agent.runner import result_ids
+
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    results = [call.result or "" for turn in trajectory.turns for call in turn.tool_calls if not call.failed]
+    for result in results:
+        for line in result.splitlines():
+            pid = next(iter(result_ids(line)), None)
+            if pid is None or pid in seen:
+                continue
+            try:
+                title = retriever.get_passage(pid).title
+            except KeyError:
+                continue
+            prefix = f"[{pid}] {title}: "
+            if line.startswith(prefix):
+                seen.add(pid)
+                out.append({"id": pid, "title": title, "text": line[len(prefix):]})
+    return out
