@@ -45,6 +45,8 @@ MAX_ANSWER_CHARS = 16000
 
 
 class ThreadManager:
+    """The chat service (see the module docstring): `start` it, call its operations, `close` it."""
+
     def __init__(self, settings: ChatSettings, *, generators: Mapping[str, ChatGenerator] | None = None):
         self.settings = settings
         self.lock = ServerLock(settings.db).acquire()  # before the database is opened or recovered
