@@ -6,6 +6,10 @@ replies are scripted); the tiny-model test uses a real checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -50,6 +54,27 @@ def settings_for(tmp_path: Path, **kw) -> ChatSettings:
                 backoff_s=0.01, workers=2, question_timeout_s=60.0, admin_token=ADMIN)
     base.update(kw)
     return ChatSettings(**base)
+
+
+@contextlib.contextmanager
+def serving(app) -> Iterator[str]:
+    """``app`` served by uvicorn on a free loopback port in a thread; yields its base URL and stops it after."""
+    import uvicorn
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 @pytest.fixture

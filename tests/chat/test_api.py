@@ -3,20 +3,17 @@ documented error code, and the one error envelope — bodies FastAPI rejects inc
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from awarl.chat.app import create_app
 from awarl.chat.config import ChatSettings
 from awarl.chat.generate import ScriptedGenerator
 
-from .conftest import ADMIN_HEADERS, GOLD_80, GOLD_UNKNOWN, settings_for
+from .conftest import ADMIN_HEADERS, GOLD_80, GOLD_UNKNOWN, serving, settings_for
 
 
 def _generator() -> ScriptedGenerator:
@@ -34,19 +31,8 @@ def client(request, tmp_path):
         with TestClient(app, base_url="http://127.0.0.1", headers=ADMIN_HEADERS) as c:
             yield c
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=server.run, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, headers=ADMIN_HEADERS) as c:
+    with serving(app) as url, httpx.Client(base_url=url, timeout=10, headers=ADMIN_HEADERS) as c:
         yield c
-    server.should_exit = True
-    th.join(timeout=10)
 
 
 def wait(client, tid, until=("COMPLETED", "ERROR", "AWAITING_INPUT")):

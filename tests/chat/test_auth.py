@@ -5,14 +5,11 @@ and the generator allow-list. Every refusal is in the error envelope."""
 from __future__ import annotations
 
 import json
-import socket
 import stat
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from awarl.chat.app import create_app
@@ -20,7 +17,7 @@ from awarl.chat.auth import Auth, admin_token_path
 from awarl.chat.generate import ScriptedGenerator
 from awarl.chat.store import Store
 
-from .conftest import ADMIN, ADMIN_HEADERS, GOLD_80, settings_for
+from .conftest import ADMIN, ADMIN_HEADERS, GOLD_80, serving, settings_for
 
 ALICE = "alice-reviewer-token-0123"
 REVIEWER = {"Authorization": f"Bearer {ALICE}"}
@@ -142,24 +139,11 @@ def test_beyond_loopback_every_route_needs_a_token_and_a_thread_its_own(exposed)
                                               ("127.0.0.1.evil.example:8080", 403, "host_not_allowed")])
 def test_a_foreign_host_header_is_refused_against_dns_rebinding(tmp_path, host, status, code):
     app = app_for(tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=server.run, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
-            envelope(c.post("/api/chat", json={"prompt": GOLD_80}, headers={"Host": host}), status, code)
-            envelope(c.get("/api/health", headers={"Host": host}), status, code)
-            assert c.get("/api/health", headers={"Host": f"localhost:{port}"}).status_code == 200
-            assert c.get("/api/health").status_code == 200  # 127.0.0.1:port
-    finally:
-        server.should_exit = True
-        th.join(timeout=10)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=10) as c:
+        envelope(c.post("/api/chat", json={"prompt": GOLD_80}, headers={"Host": host}), status, code)
+        envelope(c.get("/api/health", headers={"Host": host}), status, code)
+        assert c.get("/api/health", headers={"Host": f"localhost:{httpx.URL(url).port}"}).status_code == 200
+        assert c.get("/api/health").status_code == 200  # 127.0.0.1:port
 
 
 def test_the_admin_token_is_generated_once_into_a_0600_file(tmp_path):

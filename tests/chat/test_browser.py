@@ -12,20 +12,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from awarl.chat.app import create_app
 from awarl.chat.generate import ScriptedGenerator
 from awarl.verify.findings import Ambiguity, Statement, Translation
 from awarl.verify.translate import PatternTranslator
 
-from .conftest import ADMIN, GOLD_80, GOLD_UNKNOWN, settings_for
+from .conftest import ADMIN, GOLD_80, GOLD_UNKNOWN, serving, settings_for
 
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -97,18 +93,8 @@ def server(tmp_path, world_dir, world, monkeypatch):
     settings = settings_for(tmp_path, generator="scripted", policy=str(world_dir / "policy.yaml"), policy_name="world",
                             corpus=str(world_dir / "corpus.jsonl"), mode_note="Scripted agent over the test world.")
     app = create_app(settings, generators={"scripted": ScriptedGenerator(answer, rewrite)})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 20
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", q, other, app.state.manager
-    srv.should_exit = True
-    th.join(timeout=10)
+    with serving(app) as url:
+        yield url, q, other, app.state.manager
 
 
 def test_the_page_citations_proof_debug_questions_config_and_reviews(server, tmp_path, world):

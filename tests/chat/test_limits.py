@@ -4,9 +4,6 @@ refused at start with the key or file named; every shipped chat config parses, t
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 
 import httpx
 import pytest
@@ -21,7 +18,7 @@ from awarl.resources import config_path
 from awarl.verify.lint import lint
 from awarl.verify.policy import load_policy
 
-from .conftest import ADMIN_HEADERS, GOLD_80, PRICING, settings_for
+from .conftest import ADMIN_HEADERS, GOLD_80, PRICING, serving, settings_for
 
 
 @pytest.fixture
@@ -50,34 +47,16 @@ def test_answer_length_and_unicode_are_checked(client):
 
 def test_a_body_over_one_megabyte_is_413_declared_or_chunked(tmp_path):
     app = create_app(settings_for(tmp_path))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn_server(app, port)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
-            big = b'{"prompt": "' + b"x" * 1_100_000 + b'"}'
-            envelope(c.post("/api/chat", content=big, headers={"content-type": "application/json"}), 413, "body_too_large")
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as c:
+        big = b'{"prompt": "' + b"x" * 1_100_000 + b'"}'
+        envelope(c.post("/api/chat", content=big, headers={"content-type": "application/json"}), 413, "body_too_large")
 
-            def chunks():
-                for k in range(0, len(big), 65536):
-                    yield big[k:k + 65536]
+        def chunks():
+            for k in range(0, len(big), 65536):
+                yield big[k:k + 65536]
 
-            envelope(c.post("/api/chat", content=chunks(), headers={"content-type": "application/json"}), 413, "body_too_large")
-            assert c.get("/api/health").json()["ok"] is True  # and it keeps serving
-    finally:
-        server.should_exit = True
-
-
-def uvicorn_server(app, port):
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return server
+        envelope(c.post("/api/chat", content=chunks(), headers={"content-type": "application/json"}), 413, "body_too_large")
+        assert c.get("/api/health").json()["ok"] is True  # and it keeps serving
 
 
 def write(tmp_path, data) -> str:
