@@ -132,7 +132,8 @@ class Loop:
         assert it is not None
         sink = self.review_sink(t.id)
         clarifications = [_restated(t, c) for c in t.clarifications]
-        v = with_retries(lambda: self.validator.validate(t.prompt, clarifications, t.answer, t.cited, sink),
+        returned = _returned(t)
+        v = with_retries(lambda: self.validator.validate(t.prompt, clarifications, t.answer, t.cited, sink, returned),
                          attempts=self.settings.retries, base_delay=self.settings.backoff_s,
                          what=f"validation of thread {t.id}", retry_on=(OSError, RuntimeError), error=CheckerDown)
         it.findings = [f.to_dict() for f in v.findings]
@@ -141,6 +142,7 @@ class Loop:
         it.partly_valid = partly_valid(v.findings)
         it.premises_text, it.validate_s, it.solver_s, it.given = v.premises, v.seconds, v.solver_seconds, v.given
         it.answer, it.cited, it.namesakes = t.answer, list(t.cited), list(v.extras.get("namesakes", []))
+        it.trace_premises = list(v.trace)
         t.note("validated", result=it.result)
         t.state = State.CHECK_QUESTIONS
 
@@ -286,7 +288,8 @@ class Loop:
             row = KINDS["CHECKED_ONLY"]
             warning = f"{row.summary} The checker found it {kind}."
         elif kind == "VALID":
-            warning = None
+            warning = (None if not it.trace_premises else "Valid with a premise from the agent's search trace that it "
+                       "did not cite: " + " ".join(f"[{i}]" for i in it.trace_premises) + ".")
         elif kind == "VALID_GIVEN_YOUR_STATEMENT":
             warning = "Valid given your statement: " + " ".join(f"“{g}”" for g in it.given) + " (taken as you said it, not checked)."
         elif kind is None:
@@ -345,6 +348,13 @@ def serve_rank(it: Iteration) -> tuple[int, int]:
     (`KINDS` ranks), the earlier answer first among equals."""
     kind = _kind(it)
     return (KINDS[kind].rank if kind else 3, it.index)
+
+
+def _returned(t: Thread) -> list[dict[str, str]]:
+    """The passages the search behind the current answer returned to the agent: those of the latest
+    iteration with this answer that has a search trace (a DECISION rewrite has none)."""
+    it = next((i for i in reversed(t.iterations) if i.answer == t.answer and i.search), None)
+    return list((it.search or {}).get("returned") or []) if it is not None else []
 
 
 def _last_checked(t: Thread) -> Iteration | None:

@@ -111,6 +111,8 @@ class Iteration:
     premises_text: str = ""
     given: list[str] = field(default_factory=list)
     """The user's statements the VALID proof rests on (question sentences, clarification answers)."""
+    trace_premises: list[str] = field(default_factory=list)
+    """Passages the agent's search returned but it did not cite, whose text the VALID proof needed."""
     generate_s: float = 0.0
     validate_s: float = 0.0
     solver_s: float = 0.0
@@ -168,7 +170,16 @@ class Thread:
             d[key] = getattr(self, key).value if getattr(self, key) is not None else None
         kind = BADGE_KIND.get(self.badge.value) if self.badge is not None else None
         d["badge_label"], d["badge_style"] = (kind.label, kind.style) if kind else (None, None)
+        d["valid_from"] = self.valid_from
         return d
+
+    @property
+    def valid_from(self) -> str | None:
+        """What a VALID served answer was proved from: ``citations`` (its cited passages and the user's
+        statements alone) or ``search trace`` (it also needed a passage it was shown but did not cite)."""
+        if self.badge not in (Badge.VALID, Badge.VALID_GIVEN_YOUR_STATEMENT) or self.served is None:
+            return None
+        return "search trace" if self.iterations[self.served].trace_premises else "citations"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Thread":

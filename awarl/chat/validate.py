@@ -2,6 +2,10 @@
 
 Premises come only from the question, the user's clarifications and the text of the passages the
 agent cited (a search agent's evidence): they are what the translator reads in that text alone.
+One fallback: an answer SATISFIABLE for lack of a premise that a passage the agent's own search
+returned (but it did not cite) supplies is checked with that passage too, as the search showed it;
+a VALID result then says so in its findings ("premise from search trace, not cited: [id]") and in
+`Validation.trace`. A passage the search did not return is never a premise.
 Everything the answer asserts is a claim — a premise-like phrase in the answer ("Since you are a
 gold member …", "X was born in Abro …") is checked, never assumed, so an answer cannot prove
 itself. A VALID result that rests on a statement of the user's ("I am a gold member") is
@@ -24,7 +28,7 @@ from typing import Any
 from awarl.chat.thread import Clarification
 from awarl.data.records import Passage
 from awarl.verify.citations import Correction, CitationGate, LexicalJudge, check_corrections
-from awarl.verify.findings import Ambiguity, Finding, Result, Statement, Translation
+from awarl.verify.findings import Ambiguity, Finding, Result, Statement, Translation, aggregate
 from awarl.verify.policy import Policy, load_policy
 from awarl.verify.reasoner import Reasoner, check
 from awarl.verify.translate import split_sentences
@@ -175,6 +179,8 @@ class Validation:
     solver_seconds: float
     given: list[str] = field(default_factory=list)
     """The user's statements a VALID finding rests on (its premises read from them)."""
+    trace: list[str] = field(default_factory=list)
+    """Ids of passages the agent's searches returned but it did not cite, whose text the proof needed."""
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -194,12 +200,18 @@ class Validator:
         self._about_cache: dict[str, dict[str, set[Any]]] = {}
 
     def validate(self, question: str, clarifications: Sequence[Clarification], answer: str,
-                 evidence: Sequence[Mapping[str, str]], review_sink: Any = None) -> Validation:
+                 evidence: Sequence[Mapping[str, str]], review_sink: Any = None,
+                 returned: Sequence[Mapping[str, str]] = ()) -> Validation:
+        """Check ``answer``; ``returned`` are the passages the agent's searches showed it (`_from_trace`)."""
         started = time.perf_counter()
         bound, namesakes = self._unambiguous(evidence)
         premises = premise_text(question, clarifications, bound)
         claims = claim_text(answer)
         findings = check(self.policy, premises, claims, self.translator, reasoner=self.reasoner)
+        trace: list[Mapping[str, str]] = []
+        if aggregate(findings) is Result.SATISFIABLE and returned:
+            findings, trace = self._from_trace(question, clarifications, claims, bound, evidence, returned, findings)
+            premises = premise_text(question, clarifications, [*bound, *trace])
         given = self._given(question, clarifications, findings)
         solver = time.perf_counter() - started
         corrections = self.corrections.all()
@@ -209,7 +221,35 @@ class Validator:
         else:  # no corpus: citations cannot be checked, known errors still can
             findings += [Finding(Result.INVALID, citation=i, detail=f"citation: {i.kind}") for i in check_corrections(answer, corrections)]
         extras = {"namesakes": namesakes} if namesakes else {}
-        return Validation(findings, premises, claims, time.perf_counter() - started, solver, given, extras)
+        return Validation(findings, premises, claims, time.perf_counter() - started, solver, given,
+                          [p["id"] for p in trace], extras)
+
+    def _from_trace(self, question: str, clarifications: Sequence[Clarification], claims: str,
+                    bound: Sequence[Mapping[str, str]], evidence: Sequence[Mapping[str, str]],
+                    returned: Sequence[Mapping[str, str]], findings: list[Finding]) -> tuple[list[Finding], list[Mapping[str, str]]]:
+        """A SATISFIABLE answer whose missing premise the agent's own search returned but it did not cite:
+        the returned passages that make it VALID, cut to those the proof needs, and the findings with
+        them, each saying so.
+        Only passages really returned are tried (their text as shown to the agent), under the same
+        namesake rule as cited ones; when none makes it VALID the findings stay as they were."""
+        cited = {p.get("id") for p in evidence}
+        extra, _ = self._unambiguous([p for p in returned if p.get("id") not in cited and p.get("text")])
+
+        def proof(passages: Sequence[Mapping[str, str]]) -> list[Finding] | None:
+            found = check(self.policy, premise_text(question, clarifications, [*bound, *passages]), claims,
+                          self.translator, reasoner=self.reasoner)
+            return found if aggregate(found) is Result.VALID else None
+
+        best = proof(extra) if extra else None
+        if best is None:
+            return findings, []
+        used = list(extra)
+        for p in list(extra):  # drop every passage the proof does without, so the note names only those it needs
+            rest = [q for q in used if q is not p]
+            if rest and (fewer := proof(rest)) is not None:
+                used, best = rest, fewer
+        note = "premise from search trace, not cited: " + " ".join(f"[{p['id']}]" for p in used)
+        return [replace(f, detail=f"{f.detail}; {note}" if f.detail else note) for f in best], used
 
     def _unambiguous(self, evidence: Sequence[Mapping[str, str]]) -> tuple[list[Mapping[str, str]], list[dict[str, Any]]]:
         """The cited passages that may be premises, and the namesakes that kept the others out.
