@@ -10,6 +10,15 @@ then submits the next. Baseline, same run: the same threads through ThreadManage
 HTTP, no polling), which bounds what the API can reach.
 
     python scripts/bench_chat.py [--threads 60] [--workers 2] [--levels 1,10,50] [--poll 0.4]
+
+``--agent``: the same threads answered by a real agent instead — a tiny world model warm-started on a
+synthetic world (built once into .cache/awarl-bench/, or the checkpoint given with --agent-dir), over
+that world's corpus and policy, with the default product's settings (verify-and-resample, loop-built
+questions, 32 workers). ``--agent-threads`` threads are submitted at once, twice in the same run:
+generations one at a time (batch_size 1), then batched (batch_size 32); a thread's time runs from
+its submission until it leaves PROCESSING (served, or a clarifying question shown).
+
+    python scripts/bench_chat.py --agent [--agent-threads 50] [--agent-dir CHECKPOINT]
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ import uvicorn  # noqa: E402
 
 from awarl.chat.app import create_app  # noqa: E402
 from awarl.chat.config import ChatSettings  # noqa: E402
-from awarl.chat.generate import ScriptedGenerator  # noqa: E402
+from awarl.chat.generate import AgentGenerator, ScriptedGenerator, rollout_of  # noqa: E402
 from awarl.chat.manager import ThreadManager  # noqa: E402
 
 PRICING = ROOT / "configs" / "policies" / "pricing.yaml"
@@ -170,13 +179,127 @@ def summarize(threads: list[dict], wall: float, n: int, gets=(), posts=(), e2e=(
             "solver_share": solver / sum(e2e) if e2e else float("nan"), "validate_s": validate / max(1, len(threads))}
 
 
+AGENT_WORLD = {"persons": 120, "seed": 0}
+"""The world the benchmark's agent is warm-started on and answers about (the tests' world agent)."""
+
+
+def world_agent(world, folder: Path) -> tuple[Path, str]:
+    """A tiny world model warm-started on ``world``'s gold trajectories (`awarl.train.tiny`), built once."""
+    from awarl.data.world import world_texts
+    from awarl.train.tiny import build_tiny_model, sample_texts, warm_start_on_world
+
+    if not (folder / "config.json").exists():
+        started = time.perf_counter()
+        base = folder.with_name(folder.name + "-base")
+        build_tiny_model(base, sample_texts(ROOT / "data" / "samples") + world_texts(world),
+                         whole_tokens=[f"[{p.id}]" for p in world.passages])
+        warm_start_on_world(base, folder, world)
+        print(f"built the agent in {time.perf_counter() - started:.0f}s -> {folder}")
+    return folder, "tiny world model warm-started on the world's gold trajectories (200 SFT steps)"
+
+
+def run_agent_path(label: str, batch: int, folder: Path, world_files: dict, backend, retriever, rollout,
+                   questions: list[str], workers: int) -> dict:
+    """``questions`` submitted at once to a manager whose agent batches ``batch`` generations at most."""
+    gen = AgentGenerator(backend, retriever, rollout, name="agent", max_batch=batch, window_s=0.02)
+    s = ChatSettings(policy=str(world_files["policy"]), policy_name="world", corpus=str(world_files["corpus"]),
+                     generator="agent", db=str(folder / "chat.sqlite"), audit=str(folder / "audit.jsonl"),
+                     workers=workers, batch_size=batch, resample_feedback=False, temperature=1.0, max_iterations=3)
+    m = ThreadManager(s, generators={"agent": gen}).start()
+    try:
+        # Before timing: the workers load their policy copies (validate-only threads, no generation) and the
+        # agent runs once (its runners are built on first use).
+        warm = [m.submit(q, answer="Not enough information.").id for q in questions[:workers]]
+        warm.append(m.submit(questions[-1]).id)
+        for tid in warm:
+            m.wait(tid, timeout=900, interval=0.05)
+        gen.batch_sizes.clear()
+        e2e: list[float] = []
+        threads: list[dict] = []
+        lock = threading.Lock()
+
+        def client(q: str) -> None:
+            t0 = time.perf_counter()
+            t = m.wait(m.submit(q).id, timeout=900, interval=0.02)
+            with lock:
+                e2e.append(time.perf_counter() - t0)
+                threads.append(t)
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(len(questions)) as pool:
+            list(pool.map(client, questions))
+        wall = time.perf_counter() - started
+    finally:
+        m.close()
+    sizes = gen.batch_sizes
+    gens = sum(1 for t in threads for i in t["iterations"] if i["type"] in ("initial", "resample"))
+    count = lambda key, value: sum(1 for t in threads if t[key] == value)  # noqa: E731
+    return {"label": label, "batch": batch, "wall": wall, "e2e_p50": pct(e2e, 0.5), "e2e_p95": pct(e2e, 0.95),
+            "served": count("status", "COMPLETED"), "asked": count("status", "AWAITING_INPUT"),
+            "errors": count("status", "ERROR"), "valid": count("badge", "VALID"),
+            "cited_only": count("valid_from", "citations"), "gens": gens / max(1, len(threads)),
+            "mean_batch": sum(k * v for k, v in sizes.items()) / max(1, sum(sizes.values())), "max_batch": max(sizes, default=0)}
+
+
+def agent_main(args) -> None:
+    from awarl.data.world import WorldConfig, generate_world, write_world
+    from awarl.llm.spec import load_backend
+    from awarl.search.bm25 import BM25Index
+
+    world = generate_world(WorldConfig(**AGENT_WORLD))
+    folder = Path(args.agent_dir) if args.agent_dir else ROOT / ".cache" / "awarl-bench" / "world-agent-p120-s0"
+    agent, how = (folder, "the checkpoint given") if args.agent_dir else world_agent(world, folder)
+    load = os.getloadavg()[0]
+    backend = load_backend(f"hf:{agent}", device="cpu")  # as the server loads it (micro-batches of 32)
+    retriever = BM25Index.build(list(world.passages))
+    rollout = rollout_of(agent)
+    qs = [q.question for q in world.split("eval")] + [q.question for q in world.questions]
+    questions = list(dict.fromkeys(qs))[: args.agent_threads]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = write_world(world, Path(tmp) / "world")
+        for label, batch in (("one at a time", 1), ("batched", args.agent_batch)):
+            rows.append(run_agent_path(label, batch, Path(tmp) / label.replace(" ", "-"), files, backend, retriever,
+                                       rollout, questions, args.agent_workers))
+    params = sum(p.numel() for p in backend.model.parameters())
+    print(f"agent: {how}, {params / 1e6:.2f} M parameters ({agent}); world v1, {AGENT_WORLD['persons']} persons, "
+          f"{len(world.passages)} passages; {len(questions)} threads submitted at once; {args.agent_workers} workers; "
+          f"torch threads {torch_threads()}; load average before: {load:.1f}")
+    header = ("generation", "batch size", "mean batch", "largest batch", "served", "asked", "errors", "VALID",
+              "VALID from citations alone", "generations/thread", "thread p50 s", "thread p95 s", "wall s")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in rows:
+        print(f"| {r['label']} | {r['batch']} | {r['mean_batch']:.1f} | {r['max_batch']} | {r['served']} | {r['asked']} | "
+              f"{r['errors']} | {r['valid']} | {r['cited_only']} | {r['gens']:.2f} | {r['e2e_p50']:.1f} | {r['e2e_p95']:.1f} | {r['wall']:.1f} |")
+    one, batched = rows
+    print(f"\none at a time / batched: p50 {one['e2e_p50'] / batched['e2e_p50']:.1f}x, p95 "
+          f"{one['e2e_p95'] / batched['e2e_p95']:.1f}x, wall {one['wall'] / batched['wall']:.1f}x; "
+          f"target p95 <= 15 s: {'met' if batched['e2e_p95'] <= 15 else 'MISSED'} ({batched['e2e_p95']:.1f} s batched)")
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=60, help="Threads per concurrency level.")
     ap.add_argument("--workers", type=int, default=2, help="Server worker threads (default: one per core here).")
     ap.add_argument("--levels", default="1,10,50", help="Concurrent clients, comma-separated.")
     ap.add_argument("--poll", type=float, default=0.4, help="Seconds between a client's GETs of its thread (the web UI polls every 0.4 s).")
+    ap.add_argument("--agent", action="store_true", help="Benchmark a real agent: one-at-a-time vs batched generation.")
+    ap.add_argument("--agent-threads", type=int, default=50, help="Threads submitted at once (--agent).")
+    ap.add_argument("--agent-workers", type=int, default=32, help="Chat workers (--agent; the default product's 32).")
+    ap.add_argument("--agent-batch", type=int, default=32, help="batch_size of the batched path (--agent).")
+    ap.add_argument("--agent-dir", default=None, help="A warm-started world-agent checkpoint for the 120-person "
+                    "seed-0 world (--agent; default: build one into .cache/awarl-bench/).")
     args = ap.parse_args()
+    if args.agent:
+        agent_main(args)
+        return
     levels = [int(x) for x in args.levels.split(",")]
     load = os.getloadavg()[0]
     rows = []

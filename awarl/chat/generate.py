@@ -268,6 +268,11 @@ class AgentGenerator:
     def close(self) -> None:
         self._queue.close()
 
+    @property
+    def batch_sizes(self) -> collections.Counter[int]:
+        """How many generation batches ran, by size."""
+        return self._queue.sizes
+
     def answer(self, question: str, temperature: float) -> AgentReply:
         # The id is the request's, taken at submission: a batch that fails and is run again one by one
         # keeps each request's draws.

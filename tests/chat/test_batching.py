@@ -136,7 +136,7 @@ def test_concurrent_greedy_questions_batched_get_the_one_at_a_time_answers(tiny_
             together = [key(r) for r in pool.map(lambda q: batched.answer(q, 0.0), questions)]
     finally:
         batched.close()
-    assert batched._queue.sizes == {4: 1}
+    assert batched.batch_sizes == {4: 1}
     assert together == alone
     assert any(a[1] for a in alone)  # it answered something (the check is not over empty replies)
 
