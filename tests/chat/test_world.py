@@ -100,6 +100,7 @@ def test_default_reads_the_demo_manifest(tmp_path, world_dir, tiny_model_dir):
     assert s.generator == f"hf:{tiny_model_dir}" and s.rollout.topk == 2 and s.corpus.endswith("corpus.jsonl")
     assert not s.uses_decisions(s.generator)  # a local checkpoint gets verify-and-resample
     assert s.resample_feedback is False  # on the bare question: feedback text derails the tiny world agent
+    assert s.workers == 32 and s.batch_size == 32  # enough threads in flight for their generations to batch
 
 
 def test_verify_and_resample_with_the_tiny_world_agent(make_manager, tmp_path, test_world, tiny_world_sft_model_dir):
