@@ -21,16 +21,11 @@ from typing import Any
 from awarl.chat.thread import Clarification
 from awarl.config_fields import closest
 from awarl.errors import ConfigError
-from awarl.verify.findings import Finding, Result, Scenario
+from awarl.verify.findings import KINDS, Finding, Result, Scenario
 from awarl.verify.policy import Policy
 
-TEMPLATE_OF = {
-    Result.INVALID: "rewrite_invalid",
-    Result.IMPOSSIBLE: "rewrite_impossible",
-    Result.SATISFIABLE: "rewrite_satisfiable",
-    Result.TRANSLATION_AMBIGUOUS: "rewrite_translation_ambiguous",
-    Result.TOO_COMPLEX: "rewrite_too_complex",
-}
+TEMPLATE_OF = {r: KINDS[r.value].template for r in Result if KINDS[r.value].template}
+"""The rewrite template of each finding result (the `KINDS` table's ``template``)."""
 CITATION_TEMPLATE = "rewrite_citation"
 NAMES = (*TEMPLATE_OF.values(), CITATION_TEMPLATE, "agent_question", "resample_feedback")
 
@@ -181,13 +176,7 @@ def summarize(f: Finding, policy: Policy) -> str:
     if f.citation is not None:
         return f"the citation check found a {f.citation.kind} citation ({f.citation.detail or f.citation.sentence})."
     rules = [r.description or r.identifier for r in (*f.contradicting_rules, *f.supporting_rules)]
-    text = {
-        Result.INVALID: "it contradicts the rules",
-        Result.IMPOSSIBLE: "its premises contradict each other or the rules",
-        Result.SATISFIABLE: "it is true only in some situations",
-        Result.TRANSLATION_AMBIGUOUS: "it can be read in more than one way",
-        Result.TOO_COMPLEX: "it was too complex to check",
-    }.get(f.result, f.result.value.lower())
+    text = KINDS[f.result.value].feedback or f.result.value.lower()
     return text + (": " + "; ".join(rules) if rules else "") + "."
 
 

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from awarl.verify.findings import BADGE_KIND
+from awarl.verify.findings import BADGE_KIND, KINDS
 
 
 class State(str, enum.Enum):
@@ -50,23 +50,10 @@ class Exit(str, enum.Enum):
     ERROR = "ERROR"
 
 
-class Badge(str, enum.Enum):
-    """The validation badge the UI shows beside the final answer."""
-
-    VALID = "VALID"
-    VALID_GIVEN_YOUR_STATEMENT = "VALID_GIVEN_YOUR_STATEMENT"
-    """Proved, but from a statement of the user's ("I am a gold member"), which nobody checked."""
-    INVALID = "INVALID"
-    SATISFIABLE = "SATISFIABLE"
-    IMPOSSIBLE = "IMPOSSIBLE"
-    TRANSLATION_AMBIGUOUS = "TRANSLATION_AMBIGUOUS"
-    TOO_COMPLEX = "TOO_COMPLEX"
-    ABSTAINED = "ABSTAINED"
-    PARTLY_VALIDATED = "PARTLY_VALIDATED"
-    NOT_VALIDATED = "NOT_VALIDATED"
-    CHECKED_ONLY = "CHECKED_ONLY"
-    """Validate-only mode: checked, neither proved nor refuted, and no agent to rewrite or ask."""
-    ERROR = "ERROR"
+Badge = enum.Enum("Badge", {b: b for b in dict.fromkeys(kind.badge for kind in KINDS.values())},  # type: ignore[misc]
+                  type=str, module=__name__)
+Badge.__doc__ = """The validation badge the UI shows beside the final answer: the badges of the finding-kinds
+table (`awarl.verify.findings.KINDS`), so a kind with a badge of its own needs nothing here."""
 
 
 TERMINAL = (State.COMPLETED, State.ERROR)

@@ -365,9 +365,12 @@ class Finding:
         )
 
     def to_bedrock(self) -> dict[str, Any]:
-        """This finding as one member of Bedrock's findings union (citation findings have no Bedrock form)."""
+        """This finding as one member of Bedrock's findings union (citation findings and awarl's own
+        kinds, those without a `_BEDROCK_KEY`, have no Bedrock form)."""
         if self.citation is not None:
             raise FindingsError("a citation finding has no Bedrock form")
+        if self.result not in _BEDROCK_KEY:
+            raise FindingsError(f"a {self.result.value} finding has no Bedrock form")
         body: dict[str, Any] = {}
         if self.result is Result.TRANSLATION_AMBIGUOUS:
             body["options"] = [{"translations": [t.to_bedrock() for t in opt]} for opt in self.options]
@@ -557,6 +560,11 @@ class Kind:
     style: str = ""
     rank: int = 3
     """Serving order of a checked sample, best first (see `serve_rank`)."""
+    template: str = ""
+    """The rewrite prompt of a finding of this kind (``awarl/chat/prompts/<template>.txt``); empty: the
+    loop never rewrites for it."""
+    feedback: str = ""
+    """Why the answer failed, in words for the agent (verify-and-resample's feedback)."""
 
 
 KINDS: dict[str, Kind] = {
@@ -565,20 +573,23 @@ KINDS: dict[str, Kind] = {
         "VALID_GIVEN_YOUR_STATEMENT", "Valid given your statement",
         "Proved, from a statement of yours that nobody checked.", style="VALID_GIVEN_YOUR_STATEMENT", rank=0),
     "SATISFIABLE": Kind("NOT_VALIDATED", "Not validated",
-                        "Not validated: the evidence allows this answer but does not prove it.", True, "NOT_VALIDATED", 1),
+                        "Not validated: the evidence allows this answer but does not prove it.", True, "NOT_VALIDATED", 1,
+                        template="rewrite_satisfiable", feedback="it is true only in some situations"),
     "TRANSLATION_AMBIGUOUS": Kind("NOT_VALIDATED", "Not validated",
-                                  "Not validated: the answer reads two ways and the readings disagree.", True, "NOT_VALIDATED"),
+                                  "Not validated: the answer reads two ways and the readings disagree.", True, "NOT_VALIDATED",
+                                  template="rewrite_translation_ambiguous", feedback="it can be read in more than one way"),
     "TOO_COMPLEX": Kind("NOT_VALIDATED", "Not validated", "Not validated: the check did not finish in time.",
-                        style="NOT_VALIDATED"),
+                        style="NOT_VALIDATED", template="rewrite_too_complex", feedback="it was too complex to check"),
     "NO_TRANSLATIONS": Kind("NOT_VALIDATED", "Not validated",
                             "Not validated: nothing in this answer maps to the policy's rules.", style="NOT_VALIDATED"),
     "PARTLY_VALID": Kind("PARTLY_VALIDATED", "Partly valid",
                          "Partly validated: some statements were proved, others could not be checked against the policy.",
                          style="PARTLY_VALIDATED"),
     "INVALID": Kind("INVALID", "Invalid", "Invalid: the policy or the cited passages contradict this answer.",
-                    style="INVALID", rank=4),
+                    style="INVALID", rank=4, template="rewrite_invalid", feedback="it contradicts the rules"),
     "IMPOSSIBLE": Kind("IMPOSSIBLE", "Impossible", "The checker found the question's premises contradictory.",
-                       style="IMPOSSIBLE"),
+                       style="IMPOSSIBLE", template="rewrite_impossible",
+                       feedback="its premises contradict each other or the rules"),
     "ABSTAINED": Kind("ABSTAINED", "Abstained",
                       "The agent found no evidence that settles the question, so it did not answer.", style="ABSTAINED", rank=2),
     "CHECKED_ONLY": Kind("CHECKED_ONLY", "Checked only",
@@ -586,8 +597,11 @@ KINDS: dict[str, Kind] = {
     "ERROR": Kind("ERROR", "Error", "The thread failed; see its error.", style="ERROR", rank=5),
 }
 """Every outcome a thread can show, keyed by the finding's result (or ABSTAINED, PARTLY_VALID,
-VALID_GIVEN_YOUR_STATEMENT, CHECKED_ONLY, ERROR). The chat loop picks badges and serving order
-from it, the thread JSON carries its ``badge_label`` and ``badge_style``."""
+VALID_GIVEN_YOUR_STATEMENT, CHECKED_ONLY, ERROR): the one table of finding kinds. The chat loop
+picks badges (`awarl.chat.thread.Badge` is its badges), serving order, askable kinds, rewrite
+templates and resample feedback from it; the thread JSON carries its ``badge_label`` and
+``badge_style`` (a class of ``awarl/chat/static/style.css``). docs/verify.md, "Adding a finding
+kind", shows a new row."""
 
 BADGE_KIND = {k.badge: k for k in reversed(KINDS.values())}
 """A badge's own row (the first row that names it)."""

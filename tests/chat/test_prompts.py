@@ -56,3 +56,16 @@ def test_a_file_that_names_no_template_or_a_missing_folder_is_a_config_error(tmp
         Prompts(tmp_path)
     with pytest.raises(ConfigError, match="not a folder of prompt templates"):
         Prompts(tmp_path / "absent")
+
+
+def test_every_kind_that_rewrites_has_its_shipped_template_and_every_style_its_css_rule():
+    from awarl.chat.prompts import TEMPLATE_OF
+    from awarl.chat.thread import Badge
+    from awarl.verify.findings import KINDS
+
+    templates = {row.template for row in KINDS.values() if row.template}
+    assert templates == set(TEMPLATE_OF.values()) and templates <= set(NAMES)
+    assert all(resources.files("awarl.chat").joinpath("prompts", f"{t}.txt").is_file() for t in templates)
+    css = resources.files("awarl.chat").joinpath("static", "style.css").read_text(encoding="utf-8")
+    assert all(f".badge.{row.style}" in css for row in KINDS.values())
+    assert {b.value for b in Badge} == {row.badge for row in KINDS.values()}
