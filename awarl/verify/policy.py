@@ -542,12 +542,13 @@ def policy_from_dict(data: Any, source: str = "<policy>") -> Policy:
     return Policy(version=str(version), types=types, variables=variables, rules=rules, source=source)
 
 
-def _list(data: Mapping[str, Any], key: str, source: str) -> list[Any]:
+def _list(data: Mapping[str, Any], key: str, source: str, where: str = "") -> list[Any]:
+    """The optional list ``data[key]`` of the element ``where`` (the file's top level when empty)."""
     value = data.get(key)
     if value is None:
         return []
     if not isinstance(value, list):
-        raise PolicyError(source, key, f"expected a list, got {type(value).__name__}")
+        raise PolicyError(source, f"{where}, {key}" if where else key, f"expected a list, got {type(value).__name__}")
     return value
 
 
@@ -577,11 +578,8 @@ def _text(item: Mapping[str, Any], source: str, where: str, *keys: str) -> str:
 def _type_from(item: Any, source: str, i: int) -> PolicyType:
     t = _mapping(item, source, f"types[{i}]", ["name"])
     where = f"type '{t['name']}'"
-    raw = t.get("values")
-    if raw is not None and not isinstance(raw, list):
-        raise PolicyError(source, where, f"'values' must be a list, got {type(raw).__name__}")
     values = []
-    for j, v in enumerate(raw or []):
+    for j, v in enumerate(_list(t, "values", source, where)):
         if isinstance(v, str):
             values.append(TypeValue(v))
         else:
@@ -593,11 +591,8 @@ def _type_from(item: Any, source: str, i: int) -> PolicyType:
 def _variable_from(item: Any, source: str, i: int) -> Variable:
     v = _mapping(item, source, f"variables[{i}]", ["name", "type"])
     where = f"variable '{v['name']}'"
-    raw = v.get("patterns")
-    if raw is not None and not isinstance(raw, list):
-        raise PolicyError(source, where, f"'patterns' must be a list, got {type(raw).__name__}")
     patterns = []
-    for j, p in enumerate(raw or []):
+    for j, p in enumerate(_list(v, "patterns", source, where)):
         p = _mapping(p, source, f"{where}, patterns[{j}]", [])
         unknown = set(p) - {"phrase", "regex", "extract", "value", "scale"}
         if unknown:

@@ -60,6 +60,10 @@ def _broken(mutate):
         (lambda d: d["variables"][2].update(patterns=[{"phrase": "default", "value": 3}]), "variable 'has_default', patterns[0]", "is bool"),
         (lambda d: d["variables"][2].update(patterns=[{"extract": r"(\d+)"}]), "variable 'has_default', patterns[0]", "int or real"),
         (lambda d: d["types"][0].update(values=[]), "type 'Plan'", "at least one value"),
+        (lambda d: d["types"][0].update(values="basic"), "type 'Plan', values", "expected a list, got str"),
+        (lambda d: d["variables"][2].update(patterns={"phrase": "x"}), "variable 'has_default', patterns",
+         "expected a list, got dict"),
+        (lambda d: d.update(rules={"id": "r"}), "rules", "expected a list, got dict"),
     ],
 )
 def test_bad_policies_name_the_element_and_the_problem(mutate, where, problem):
