@@ -67,23 +67,12 @@ def test_errors_exit_nonzero_with_a_message(built, tmp_path):
 def test_serve_runs_a_real_server(built):
     pytest.importorskip("uvicorn", reason="the server needs the 'serve' extra")
     index_dir, records = built
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     cmd = [sys.executable, "-m", "awarl.cli", "search", "serve", "--index", str(index_dir), "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stdout.read().decode()
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.2)
+        _wait_up(url, proc)
         resp = httpx.post(f"{url}/retrieve", json={"queries": [records[0].question], "topk": 2, "return_scores": True})
         assert resp.status_code == 200 and len(resp.json()["result"][0]) == 2
     finally:
