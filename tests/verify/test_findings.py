@@ -162,3 +162,11 @@ def test_the_kinds_table_covers_every_result_and_orders_serving():
     assert all(row.badge in BADGE_KIND and row.style and row.label and row.summary for row in KINDS.values())
     assert kind_of([Finding(Result.VALID), Finding(Result.NO_TRANSLATIONS)]) == "PARTLY_VALID"
     assert kind_of([Finding(Result.SATISFIABLE)]) == "SATISFIABLE" and kind_of([]) is None
+
+
+def test_a_kind_bedrock_has_no_member_for_is_refused_by_to_bedrock(monkeypatch):
+    import awarl.verify.findings as findings
+
+    monkeypatch.delitem(findings._BEDROCK_KEY, Result.TOO_COMPLEX)  # as for a kind of awarl's own
+    with pytest.raises(FindingsError, match="a TOO_COMPLEX finding has no Bedrock form"):
+        Finding(Result.TOO_COMPLEX).to_bedrock()
