@@ -52,21 +52,26 @@ def refusal_by_p(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"p": p, "n": len(v), "refusal": sum(v) / len(v)} for p, v in sorted(bins.items())]
 
 
-def expected_refusal(rows: list[dict[str, Any]], reward: Any) -> float | None:
-    """Share of the rows where refusing is the better bet under an AWA ``reward`` (None for other kinds)."""
-    from awarl.rewards.refusal import expected_refusal_rate
+def expected_refusal(rows: list[dict[str, Any]], reward: Any, value_correct: float | None = None,
+                     value_wrong: float | None = None) -> float | None:
+    """Share of the rows where refusing is the better bet under an AWA ``reward`` (None for other kinds): the
+    training target's formula (`awarl.rewards.refusal.target_refusal_rate`); ``value_correct`` / ``value_wrong``
+    are what training paid a correct / wrong answer, citation term included (default: the outcome rewards)."""
+    from awarl.rewards.refusal import target_refusal_rate
 
     ps = [float(r["p"]) for r in rows if isinstance(r.get("p"), (int, float))]
     if not ps or reward.kind != "awa":
         return None
-    return expected_refusal_rate(ps, reward.p_clip, reward.gamma, reward.r_correct, reward.r_wrong)
+    return target_refusal_rate(ps, reward, value_correct, value_wrong)
 
 
-def capability_section(path: Path) -> dict[str, Any]:
+def capability_section(path: Path, world_json: Path | None = None) -> dict[str, Any]:
     """`awarl.capability.summarize` of a p_i file, with what the report shows beside it: K, the mean p
-    over answerable questions and the histogram of p by value."""
+    over answerable questions, the histogram of p by value and, for a world that records ceilings
+    (``world_json`` of a world v2), the base-spread checks of `awarl.eval.world_audit.base_spread`."""
     from awarl.capability import summarize
     from awarl.data.records import iter_jsonl
+    from awarl.eval.world_audit import base_spread
 
     rows = [row for _, row in iter_jsonl(path)]
     hist: dict[str, int] = {}

@@ -26,14 +26,19 @@ from awarl.rewards.config import LLMJudgeConfig, RewardConfig, RewardConfigError
 from awarl.rewards.kinds import KINDS, AbstainValue, RewardKindSpec
 from awarl.rewards.outcome import judge_completion, outcome_reward
 from awarl.rewards.penalty import DynamicPenalty
-from awarl.rewards.refusal import expected_refusal_rate, refusal_base_reward, refusal_base_rewards
+from awarl.rewards.refusal import (
+    expected_refusal_rate,
+    refusal_base_reward,
+    refusal_base_rewards,
+    target_refusal_rate,
+)
 
 __all__ = [
     "KINDS", "AbstainValue", "AnswerAbstainReward", "BatchStats", "CitationJudgment", "CitationReward",
     "DynamicPenalty", "GoldJudge", "LLMJudge", "LLMJudgeConfig", "RewardConfig", "RewardConfigError",
     "RewardKindSpec", "answer_abstain_reward", "batch_metrics",
     "build_reward_funcs", "coverage_redundancy", "expected_refusal_rate", "judge_completion", "outcome_reward",
-    "refusal_base_reward", "refusal_base_rewards",
+    "refusal_base_reward", "refusal_base_rewards", "target_refusal_rate",
 ]
 
 

@@ -56,7 +56,7 @@ from awarl.rewards.config import RewardConfig
 from awarl.rewards.kinds import AbstainValue, RewardKindSpec
 from awarl.rewards.outcome import Verdict, judge_completion
 from awarl.rewards.penalty import DynamicPenalty
-from awarl.rewards.refusal import expected_refusal_rate
+from awarl.rewards.refusal import target_refusal_rate
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class BatchStats:
     searches_per_rollout: float | None
     updated: bool
     answer_value_correct: float = 1.0
+    answer_value_wrong: float = 0.0
     abstain_capped: float | None = None
     abstain_floored: float | None = None
     zero_advantage_groups: float | None = None
@@ -109,6 +110,7 @@ class BatchStats:
             "awa/three_outcome_groups": self.three_outcome_groups,
             "env/searches_per_rollout": self.searches_per_rollout,
             "awa/answer_value_correct": self.answer_value_correct,
+            "awa/answer_value_wrong": self.answer_value_wrong,
             "awa/abstain_capped": self.abstain_capped,
             "awa/abstain_floored": self.abstain_floored,
             "awa/windup_held": self.windup_held,
@@ -258,8 +260,7 @@ class AnswerAbstainReward:
         value_correct, value_wrong = self.answer_values(rows)
         expected = None
         if not np.isnan(p).any():
-            expected = expected_refusal_rate(p, cfg.p_clip, cfg.gamma, value_correct, value_wrong,
-                                             cfg.attempt_bonus_lambda if cfg.attempt_bonus else 0.0)
+            expected = target_refusal_rate(p, cfg, value_correct, value_wrong)
         updated = self.spec.controlled and not self.frozen and expected is not None
         held = None
         if updated:
@@ -285,6 +286,7 @@ class AnswerAbstainReward:
             searches_per_rollout=None if min(searches) < 0 else sum(searches) / len(searches),
             updated=updated,
             answer_value_correct=value_correct,
+            answer_value_wrong=value_wrong,
             abstain_capped=_share([v.capped for v in shaped]) if self.spec.controlled else None,
             abstain_floored=_share([v.floored for v in shaped]) if self.spec.controlled else None,
             zero_advantage_groups=None if groups is None else groups.zero_advantage,

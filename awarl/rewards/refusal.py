@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from awarl.rewards.config import RewardConfig
 
 
 def refusal_base_reward(p: float, p_clip: float, gamma: float) -> float:
@@ -66,6 +70,28 @@ def expected_refusal_rate(p_values: Sequence[float] | np.ndarray, p_clip: float,
     if arr.size == 0:
         raise ValueError("expected_refusal_rate needs at least one capability value")
     return float(refusal_preferred(arr, p_clip, gamma, r_correct, r_wrong, attempt_bonus).mean())
+
+
+def target_refusal_rate(p_values: Sequence[float] | np.ndarray, cfg: "RewardConfig",
+                        value_correct: float | None = None, value_wrong: float | None = None) -> float:
+    """The expected refusal rate AWA-RL trains towards under the settings ``cfg``: `expected_refusal_rate`
+    with what those rewards pay an answer. ``value_correct`` / ``value_wrong`` are the outcome rewards plus
+    the mean weighted citation term paid on correct / wrong answers (``awa/answer_value_correct`` /
+    ``awa/answer_value_wrong`` in the training log; default r_correct / r_wrong, no citation term); the
+    attempt bonus λ counts when ``cfg.attempt_bonus`` is on. The one formula: training
+    (`AnswerAbstainReward.update`, values from the batch), the demo report and the fidelity study
+    (values from the training log) all call it.
+
+    >>> from awarl.rewards.config import RewardConfig
+    >>> target_refusal_rate([0.3], RewardConfig())          # R_base(0.3) = 0.45 > 0.3
+    1.0
+    >>> target_refusal_rate([0.3], RewardConfig(), value_correct=1.6)   # a citation term of 0.6 on correct answers
+    0.0
+    """
+    return expected_refusal_rate(p_values, cfg.p_clip, cfg.gamma,
+                                 cfg.r_correct if value_correct is None else value_correct,
+                                 cfg.r_wrong if value_wrong is None else value_wrong,
+                                 cfg.attempt_bonus_lambda if cfg.attempt_bonus else 0.0)
 
 
 def _check_params(p_clip: float, gamma: float) -> None:
