@@ -83,6 +83,8 @@ def capability_section(path: Path, world_json: Path | None = None) -> dict[str, 
         "k": max(((row.get("capability") or {}).get("k", 0) for row in rows), default=0),
         "mean_p_answerable": sum(answerable) / len(answerable) if answerable else 0.0,
         "histogram": dict(sorted(hist.items(), key=lambda kv: float(kv[0]))),
+        "spread": ([asdict(c) for c in base_spread(path, world_json).checks]
+                   if world_json is not None and world_json.exists() else None),
     }
 
 
@@ -139,7 +141,8 @@ def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> d
     metrics = {
         "mode": "quick" if demo.quick else "full", "seed": demo.seed, "world": world.stats(),
         "warm_start_abstain_share": demo.recipe.abstain_share, "rollout": demo.rollout.to_dict(),
-        "capability": {split: capability_section(p.p_file(split)) for split in ("rl", "eval")},
+        "capability": {split: capability_section(p.p_file(split), p.world / "world.json" if world.config.version >= 2
+                                                 else None) for split in ("rl", "eval")},
         "before_rl": before, "before_rl_refusal_by_p": refusal_by_p(before_rows), "arms": arms,
         "checks": quality_checks(demo, before, arms), "timings_s": demo.timings, "warnings": demo.warnings,
     }
@@ -251,6 +254,21 @@ def _capability_table(cap: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
+def _spread_table(cap: dict[str, dict[str, Any]]) -> list[str]:
+    """The base-spread checks per split (world v2 only): is p_i graded by the world's ceilings?"""
+    splits = {s: c["spread"] for s, c in cap.items() if c.get("spread")}
+    if not splits:
+        return []
+    names = [c["name"] for c in next(iter(splits.values()))]
+    lines = ["A base with spread (answerable questions; the bounds of docs/fidelity.md, World v2):", "",
+             "| check | bound | " + " | ".join(splits) + " |", "|---|---|" + "---|" * len(splits)]
+    for i, name in enumerate(names):
+        first = next(iter(splits.values()))[i]
+        lines.append(f"| {name} | {first['bound']} | " + " | ".join(
+            f"{c[i]['value']:.3f}" + ("" if c[i]["ok"] else " **missed**") for c in splits.values()) + " |")
+    return lines + [""]
+
+
 def _grpo_lines(m: dict[str, Any]) -> list[str]:
     return [f"- **{name}** (reward `{arm['reward']['kind']}`): {arm['grpo_steps']} logged optimizer steps; mean of the "
             "last 10: " + ", ".join(f"{k} {v:.3f}" for k, v in arm["grpo_last"].items()) for name, arm in m["arms"].items()]
@@ -276,7 +294,7 @@ def report_markdown(m: dict[str, Any]) -> str:
         "## Capability p_i of the SFT checkpoint", "",
         f"K = {m['capability']['rl']['k']} sampled rollouts per question at temperature 1, same rollout settings as "
         "training and evaluation.", "",
-        *_capability_table(m["capability"]), "",
+        *_capability_table(m["capability"]), "", *_spread_table(m["capability"]),
         "## GRPO", "", *_grpo_lines(m), "",
         "The **penalty P_t** is the AWA reward's dynamic correction, subtracted from the abstain reward: it turns "
         "positive when the batch refuses more than the expected rate and negative when it refuses less. It is not "
