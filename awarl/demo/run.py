@@ -239,7 +239,8 @@ class Demo:
         rollout = config.rollout
         env = search_env_factory(BM25Index.build(world.passages), rollout)
         write_jsonl(self.paths.trajectories, world_trajectories(world, env, ("sft",), rollout.system_prompt,
-                                                                abstain_share=self.recipe.abstain_share))
+                                                                abstain_share=self.recipe.abstain_share,
+                                                                renamed_copies=self.recipe.renamed_copies))
         if self.recipe.abstain_share < 1.0 and "wrong" not in config.sft.keep_outcomes:
             config.sft.keep_outcomes = [*config.sft.keep_outcomes, "wrong"]  # the guesses are wrong on purpose
         steps = int(config.sft.args.get("max_steps", 0))
@@ -278,6 +279,16 @@ class Demo:
             self.display.print(f"  p_i ({split}): mean {summary.mean_p:.2f} over {summary.queries} questions; "
                                f"unparsable {summary.unparsable:.0%} of rollouts")
             messages = summary.warnings()
+            world_json = self.paths.world / "world.json"
+            if int(self.recipe.world.get("version", 1)) >= 2 and world_json.exists():
+                from awarl.eval.world_audit import base_spread
+
+                spread = base_spread(out, world_json)
+                self.display.print(f"  p_i ({split}) spread on answerable questions: " + ", ".join(
+                    f"{c.name} {c.value:.2f}" + ("" if c.ok else f" (bound {c.bound}: missed)") for c in spread.checks))
+                if not spread.ok and split == "rl":
+                    messages.append("the base's p_i is not graded by the world's ceilings (docs/fidelity.md, World v2: "
+                                    "a base with spread), so AWA-RL's per-question targets mostly reflect sampling noise.")
             if messages:
                 self.warn(f"p_i ({split}): {' '.join(messages)} The demo's SFT stage is sft.args.max_steps in the "
                           "recipe (the world model needs ~600+ steps); rerun with a new --out.")

@@ -306,4 +306,63 @@ def _coverage(world: World, held: list[Any], make_env: Any) -> list[Check]:
                   "held-out first-hop cities that SFT questions also go through")]
 
 
-__all__ = ["Audit", "Check", "OraclePoint", "audit_recipe", "audit_world", "oracle_frontier"]
+def base_spread(p_file: str | Path, world_json: str | Path) -> Audit:
+    """The preconditions of a warm start (issue 20, "a base with spread"), from its p_i estimate
+    (``awarl capability estimate`` output, one row per question with ``p``) and the world.json the
+    questions come from (``u`` per question): on the answerable questions, at least 25% at p <= 0.2,
+    25% at p >= 0.6 and 20% in (0.2, 0.5), and Spearman(p_i, u) >= 0.5, so the base is graded by
+    the world's ceilings, not by sampling noise. Unparsable rollouts count as wrong (they are in p)."""
+    import json
+
+    from awarl.data.records import iter_jsonl
+    from awarl.errors import DataError
+
+    u_of = {q["record_id"]: q.get("u") for q in json.loads(Path(world_json).read_text(encoding="utf-8"))["questions"]}
+    rows = [row for _, row in iter_jsonl(Path(p_file))]
+    unknown = [row["id"] for row in rows if row["id"] not in u_of]
+    if unknown:
+        raise DataError(p_file, "", f"{len(unknown)} questions are not in {world_json} (e.g. {unknown[0]!r}): "
+                        "the estimate is of another world")
+    pairs = [(float(row["p"]), float(u_of[row["id"]])) for row in rows if u_of[row["id"]] is not None
+             and (row.get("answerable", True) is not False)]
+    audit = Audit("p_i", len(rows), len(pairs))
+    n = max(len(pairs), 1)
+    p = [a for a, _ in pairs]
+    low, mid, high = (sum(x <= 0.2 for x in p) / n, sum(0.2 < x < 0.5 for x in p) / n, sum(x >= 0.6 for x in p) / n)
+    rho = spearman(p, [b for _, b in pairs])
+    audit.checks += [
+        Check("mean p_i", sum(p) / n, "(context)", True, "mean capability on the answerable questions"),
+        Check("share p <= 0.2", low, ">= 0.25", low >= 0.25, "answerable questions the base rarely gets"),
+        Check("share p in (0.2, 0.5)", mid, ">= 0.20", mid >= 0.20, "answerable questions in between"),
+        Check("share p >= 0.6", high, ">= 0.25", high >= 0.25, "answerable questions the base mostly gets"),
+        Check("Spearman(p_i, u)", rho, ">= 0.5", rho >= 0.5, "p_i follows the world's ceilings, not noise"),
+    ]
+    return audit
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties); 0 where either side is constant."""
+    def ranks(xs: list[float]) -> list[float]:
+        order = sorted(range(len(xs)), key=xs.__getitem__)
+        out = [0.0] * len(xs)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                out[order[k]] = (i + j) / 2
+            i = j + 1
+        return out
+
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    if n < 2:
+        return 0.0
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va, vb = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)
+    return cov / (va * vb) ** 0.5 if va and vb else 0.0
+
+
+__all__ = ["Audit", "Check", "OraclePoint", "audit_recipe", "audit_world", "base_spread", "oracle_frontier", "spearman"]

@@ -382,6 +382,47 @@ def test_v2_gold_conversations_read_the_tool(world2, written2, index2):
     assert retried > 0
 
 
+def test_v2_renamed_copies_rename_persons_and_cities_and_keep_the_reading(world2, written2, index2):
+    import random
+
+    from awarl.data.world_v2 import renamed_conversation
+    from awarl.protocol import parse_final
+    from awarl.train.tiny import world_trajectories
+
+    make_env = _env(index2, written2)
+    rows = world_trajectories(world2, make_env, ("sft",), renamed_copies=2)
+    n = len(world2.split("sft"))
+    assert len(rows) == 3 * n and [r["record_id"] for r in rows[:3]] == [rows[0]["record_id"]] * 3
+    cities = {c for c, level in world2.levels.items() if level == "city"}
+    names = {p.name for p in world2.persons}
+    changed = 0
+    for original, copy in zip(rows[::3], rows[1::3]):
+        a, b = original["messages"], copy["messages"]
+        assert [m["role"] for m in a] == [m["role"] for m in b]
+        fa, fb = parse_final(a[-1]["content"]), parse_final(b[-1]["content"])
+        assert (fa.answer, fa.citations) == (fb.answer, fb.citations)  # countries and passage ids are kept
+        ids = lambda ms: re.findall(r"\[(\w+)\]", " ".join(str(m.get("content")) for m in ms))  # noqa: E731
+        assert ids(a) == ids(b)
+        q = next(q for q in world2.split("sft") if record_id(q) == original["record_id"])
+        assert q.person not in b[1]["content"] and any(name in b[1]["content"] for name in names)
+        words = lambda ms: set(re.findall(r"\w+", json.dumps(ms)))  # noqa: E731
+        first_hop = set(re.findall(r"(?:born in|lives in) (\w+)\.", a[3]["content"]))
+        kept = {w for w in first_hop if w + "s" in words(a) or w.endswith("s")}
+        moved = (first_hop & cities) - kept
+        assert moved.isdisjoint(words(b))  # renamed everywhere, to cities the conversation did not name
+        changed += bool(moved)
+    assert changed >= 0.8 * n
+    # Seeded: the same generator gives the same copy; a v1 world has no renamed copies.
+    q = world2.split("sft")[0]
+    env = make_env()
+    env.reset(id=record_id(q), question=q.question, passages=[])
+    messages = gold_conversation(world2, q, env.search)
+    assert renamed_conversation(world2, messages, random.Random(1)) == renamed_conversation(world2, messages,
+                                                                                             random.Random(1))
+    with pytest.raises(ValueError, match="needs a world v2"):
+        world_trajectories(generate_world(WorldConfig(persons=30)), make_env, ("sft",), renamed_copies=1)
+
+
 def test_v2_policy_lints_clean_and_its_tests_pass(tmp_path):
     small = generate_world(WorldConfig(version=2, persons=40, cities=8, countries=4, seed=1))
     test_policy_lints_clean_and_its_tests_pass(write_world(small, tmp_path))
@@ -406,6 +447,40 @@ def test_audit_of_a_small_v2_world(tmp_path):
                    "mean(u)": 0.486, "share u <= 0.2": 0.32, "share u >= 0.6": 0.32, "rank rule": 0.486,
                    "held-out words not in SFT text": 0.0, "bridge cities shared with SFT": 0.0, "always abstain": 0.306}
     assert audit.ok and "| shape rule | 0.663 | <= 0.75 | yes |" in audit.table()
+
+
+def test_base_spread_reads_p_i_against_the_world_ceilings(tmp_path):
+    from awarl.data.records import write_jsonl
+    from awarl.errors import DataError
+    from awarl.eval.world_audit import base_spread, spearman
+
+    world = generate_world(WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0))
+    files = write_world(world, tmp_path / "world")
+    questions = json.loads(files["world"].read_text(encoding="utf-8"))["questions"]
+    held = [q for q in questions if q["split"] == "eval"]
+    answerable = [q for q in held if q["u"] is not None]
+
+    def estimate(p_of) -> Path:
+        path = tmp_path / "p.jsonl"
+        write_jsonl(path, [{"id": q["record_id"], "answerable": q["u"] is not None, "p": p_of(q)} for q in held])
+        return path
+
+    # A reader at its ceilings: p_i = u_q, ranked exactly as u (Spearman 1), the shares those of u.
+    audit = base_spread(estimate(lambda q: q["u"] or 0.0), files["world"])
+    got = {c.name: round(c.value, 3) for c in audit.checks}
+    u = [q["u"] for q in answerable]
+    assert audit.answerable == len(answerable) == 50
+    assert got["Spearman(p_i, u)"] == 1.0
+    assert got["share p <= 0.2"] == round(sum(x <= 0.2 for x in u) / 50, 3) == 0.32
+    assert got["mean p_i"] == round(sum(u) / 50, 3)
+    # Sampling noise only (p_i unrelated to u) or a base that answers nothing fails.
+    flat = base_spread(estimate(lambda q: 0.03), files["world"])
+    assert not flat.ok and flat.check("Spearman(p_i, u)").value == 0.0 and flat.check("share p >= 0.6").value == 0.0
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0 and spearman([1, 1, 2], [0, 0, 5]) == 1.0
+    # An estimate of another world is refused by name.
+    write_jsonl(tmp_path / "other.jsonl", [{"id": "elsewhere-1", "p": 0.5}])
+    with pytest.raises(DataError, match="other.jsonl: 1 questions are not in"):
+        base_spread(tmp_path / "other.jsonl", files["world"])
 
 
 def test_audit_of_world_v1_finds_what_the_issue_measured(tmp_path):
