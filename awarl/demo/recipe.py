@@ -37,6 +37,8 @@ class DemoRecipe:
     arms: dict[str, dict[str, Any]] = field(default_factory=dict)
     """GRPO arms, each trained from the same SFT checkpoint and p_i: name -> the training sections it
     changes (at least ``reward: {kind: …}``). The first arm is the chatbot's agent."""
+    renamed_copies: int = 0
+    """warm_start.renamed_copies: renamed copies of each SFT conversation (world v2; `awarl.train.tiny.world_trajectories`)."""
 
     @classmethod
     def load(cls, path: str | Path, *, quick: bool = False, seed: int = 0,
@@ -67,7 +69,8 @@ class DemoRecipe:
         floors = raw.get("floors") or {}
         floors = dict(floors.get("quick" if quick else "full") or {})
         return cls(world, _abstain_share(raw.get("warm_start") or {}, path), dict(raw.get("shape") or {}),
-                   int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path))
+                   int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path),
+                   _renamed_copies(raw.get("warm_start") or {}, world, path))
 
     def arm_train(self, name: str) -> dict[str, Any]:
         """The training sections of arm ``name``: the shared ones with the arm's on top."""
@@ -104,14 +107,26 @@ def _arms(raw: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
     return {str(k): copy.deepcopy(v) for k, v in arms.items()}
 
 
+WARM_START_KEYS = ("abstain_share", "renamed_copies")
+
+
 def _abstain_share(warm: Any, path: Path) -> float:
-    unknown = sorted(set(warm) - {"abstain_share"}) if isinstance(warm, dict) else ["(not a mapping)"]
+    unknown = sorted(set(warm) - set(WARM_START_KEYS)) if isinstance(warm, dict) else ["(not a mapping)"]
     if unknown:
-        raise DemoError(f"{path}: warm_start: unknown key(s) {unknown}; known: ['abstain_share']")
+        raise DemoError(f"{path}: warm_start: unknown key(s) {unknown}; known: {list(WARM_START_KEYS)}")
     share = warm.get("abstain_share", 1.0)
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
         raise DemoError(f"{path}: warm_start.abstain_share must be a number in [0, 1], got {share!r}")
     return float(share)
+
+
+def _renamed_copies(warm: Any, world: dict[str, Any], path: Path) -> int:
+    copies = warm.get("renamed_copies", 0) if isinstance(warm, dict) else 0
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 0:
+        raise DemoError(f"{path}: warm_start.renamed_copies must be a whole number >= 0, got {copies!r}")
+    if copies and int(world.get("version", 1)) < 2:
+        raise DemoError(f"{path}: warm_start.renamed_copies needs world.version 2 (its persons and cities are renamed)")
+    return copies
 
 
 def settings(recipe: DemoRecipe) -> dict[str, Any]:
@@ -125,7 +140,8 @@ def settings(recipe: DemoRecipe) -> dict[str, Any]:
             out[prefix] = value
         return out
 
-    raw = {"world": recipe.world, "warm_start": {"abstain_share": recipe.abstain_share}, "shape": recipe.shape,
+    warm = {"abstain_share": recipe.abstain_share, "renamed_copies": recipe.renamed_copies}
+    raw = {"world": recipe.world, "warm_start": warm, "shape": recipe.shape,
            "capability": {"k": recipe.k}, "arms": recipe.arms, **recipe.train}
     return json.loads(json.dumps(flat("", raw, {}), default=str))
 

@@ -235,7 +235,7 @@ def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE
 
 def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),
                        system_prompt: str | None = None, first: str = "relation",
-                       abstain_share: float = 1.0) -> list[dict]:
+                       abstain_share: float = 1.0, renamed_copies: int = 0) -> list[dict]:
     """Gold conversations of the world's questions, searched with the real tool (``env_factory``
     builds the same `SearchEnv` the rollouts use, so SFT shows exactly what GRPO will see), as
     ``{"record_id", "messages"}`` rows that ``awarl train sft`` reads with ``sft.source: trajectories``.
@@ -244,21 +244,34 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
     question, seeded by its id); the others answer with a guess from an irrelevant passage
     (`awarl.data.world.gold_conversation` ``guess``), like instruction data that never says "I don't
     know". Below 1, the warm-started agent's sampled rollouts sometimes guess where the corpus lacks
-    the fact, and its answers on answerable questions are less sure (docs/benchmarks.md measures both)."""
+    the fact, and its answers on answerable questions are less sure (docs/benchmarks.md measures both).
+
+    ``renamed_copies`` (world v2): that many copies of each conversation follow it with its persons
+    and cities renamed (`awarl.data.world_v2.renamed_conversation`, seeded by the question id), so
+    no person's city can be learned by heart and the warm start must learn to read the results."""
     import random
 
     from awarl.data.world import gold_conversation, record_id
 
     if not 0.0 <= abstain_share <= 1.0:
         raise ValueError(f"abstain_share must be in [0, 1], got {abstain_share}")
+    if renamed_copies < 0 or renamed_copies and world.config.version < 2:
+        raise ValueError(f"renamed_copies must be >= 0 and needs a world v2, got {renamed_copies} "
+                         f"(world version {world.config.version})")
     env = env_factory()
     rows = []
     for split in splits:
         for q in world.split(split):
             env.reset(id=record_id(q), question=q.question, passages=[])
             guess = not q.answerable and random.Random(q.id).random() >= abstain_share
-            rows.append({"record_id": record_id(q),
-                         "messages": gold_conversation(world, q, env.search, system_prompt, first=first, guess=guess)})
+            messages = gold_conversation(world, q, env.search, system_prompt, first=first, guess=guess)
+            rows.append({"record_id": record_id(q), "messages": messages})
+            if renamed_copies:
+                from awarl.data.world_v2 import renamed_conversation
+
+                rng = random.Random(f"{q.id}/renamed")
+                rows += [{"record_id": record_id(q), "messages": renamed_conversation(world, messages, rng)}
+                         for _ in range(renamed_copies)]
     return rows
 
 
