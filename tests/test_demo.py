@@ -64,6 +64,9 @@ def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
     assert saved["arms"]["awa"]["expected_refusal"] is not None and saved["arms"]["none"]["expected_refusal"] is None
     assert all(arm["grpo_steps"] == 4 and arm["refusal_by_p"] for arm in saved["arms"].values())
     assert saved["capability"]["eval"]["k"] == 2 and saved["before_rl_refusal_by_p"]
+    spread = {c["name"]: c for c in saved["capability"]["rl"]["spread"]}  # world v2 records u: the base is checked
+    assert set(spread) == {"mean p_i", "share p <= 0.2", "share p in (0.2, 0.5)", "share p >= 0.6", "Spearman(p_i, u)"}
+    assert all(0.0 <= c["value"] <= 1.0 for name, c in spread.items() if name != "Spearman(p_i, u)")
     manifest = json.loads((out / "demo.json").read_text())
     assert manifest["agent"] == "grpo/awa/final" and manifest["sft_agent"] == "sft/final"
     assert manifest["agents"] == {"awa": "grpo/awa/final", "none": "grpo/none/final"}
@@ -74,6 +77,7 @@ def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
     assert "before RL" in report and "penalty P_t" in report and "What the reward buys" in report
     assert "after RL: awa (reward `awa`)" in report and "after RL: none (reward `none`)" in report
     assert "**awa − none**: precision" in report and "| before RL | " in report  # the refusal-by-p_i table
+    assert "A base with spread" in report and "| Spearman(p_i, u) | >= 0.5 |" in report
     # TRL's per-step dicts went to the log, not the terminal
     terminal = capfd.readouterr()
     assert "'loss'" not in terminal.out + terminal.err
