@@ -1,296 +1,216 @@
-"""Fidelity study: does AWA-RL do what the paper claims, on the synthetic world, on a CPU?
+"""Fidelity study v2: does AWA-RL do what the paper says on the synthetic world, on a CPU?
+(docs/fidelity.md, "Study v2"; the design, claims and report live in awarl.eval.study*.)
 
-Every arm trains GRPO for the same number of optimizer steps from the same SFT checkpoint and p_i
-(one base per seed: ``awarl demo --until p_i``), then is evaluated greedily on the held-out split.
-One run folder per arm x seed; everything resumes (a finished run is skipped, a killed GRPO run
-continues from its last checkpoint, evaluation from its last question), so the study can run for
-hours in the background across sessions.
+    python scripts/fidelity.py arms                                   # tiers, arms and every reward switch
+    OMP_NUM_THREADS=1 python scripts/fidelity.py run --tier T1 --seeds 0 1 2 --jobs 2
+    python scripts/fidelity.py run --tier T2 --seeds 0 --arms awa_adaptive none
+    python scripts/fidelity.py aggregate                              # tables, claims, plots of what finished
 
-    python scripts/fidelity.py run --out runs/fidelity --seeds 0 1 --arms awa_g0.5 static_0.5 none
-    python scripts/fidelity.py run --out runs/fidelity --seeds 0 1 2           # every arm
-    python scripts/fidelity.py aggregate --out runs/fidelity                   # table + plots + claims
-    python scripts/fidelity.py arms                                            # list the arms
-
-Citation rewards use the gold judge (the world's supporting passages): no judge model runs offline.
+Resumable: one folder per tier / arm / seed under --out (default runs/fidelity); a finished arm
+(its result.json) is skipped, a killed GRPO run continues from its last checkpoint, an evaluation
+from its last question. Each job runs in its own process with OMP_NUM_THREADS=1; --jobs 2 runs two
+at a time (the bases of a tier first, then its arms). Citation rewards use the gold judge.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
+import os
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-ARMS: dict[str, dict[str, Any]] = {
-    "awa_g0.3": {"reward.kind": "awa", "reward.gamma": 0.3},
-    "awa_g0.5": {"reward.kind": "awa", "reward.gamma": 0.5},
-    "awa_g0.7": {"reward.kind": "awa", "reward.gamma": 0.7},
-    "static_0.5": {"reward.kind": "static", "reward.static_reward": 0.5},
-    "ternary": {"reward.kind": "ternary"},
-    "none": {"reward.kind": "none"},
-    # The paper's data-manipulation baseline: unanswerable questions are part of the training data
-    # (30% of the RL split) and abstaining pays only on those.
-    "data_manip": {"reward.kind": "unanswerable_only"},
-    "awa_uncapped": {"reward.kind": "awa", "reward.gamma": 0.5, "reward.cap_abstain": False},
-    "awa_search_first": {"reward.kind": "awa", "reward.gamma": 0.5, "reward.abstain_requires_search": True},
-}
-"""Arm name -> recipe overrides (dotted keys)."""
+from awarl.eval.study import (  # noqa: E402
+    SEEDS, TIERS, arm_folder, arm_overrides, base_folder, base_overrides, late, load_runs, plan, read_batches,
+    write_result,
+)
 
-DEFAULT_STEPS = 600
-"""Optimizer steps per arm: 150 generation batches of 16 prompts x 4 (4 optimizer steps each)."""
-
-FINAL_KEYS = ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall", "over_refusal")
+RECIPE = ROOT / "configs" / "demo_world.yaml"
+SAMPLED = 2
+"""Sampled held-out evaluations per arm (T = 1), each its own seed."""
 
 
-# -- running -------------------------------------------------------------------------------------------------
-def run_arm(out: Path, arm: str, seed: int, steps: int, recipe: Path, overrides: list[str] | None = None) -> Path:
-    """Train and evaluate one arm x seed (resuming); returns its folder. ``overrides``
-    (``section.field=value``) change the recipe of the base and of every arm."""
-    from awarl.demo import Demo, DemoPaths, DemoRecipe, Display, expected_refusal, outcome_rows, run_demo
+def _demo(out: Path, tier: str, seed: int, recipe: Path, terminal: Any):
+    from awarl.demo import Demo, DemoPaths, DemoRecipe, Display
+
+    loaded = DemoRecipe.load(recipe, seed=seed, overrides=base_overrides(TIERS[tier]))
+    return Demo(DemoPaths(base_folder(out, tier, seed)), loaded, Display(terminal, enabled=False), quick=False, seed=seed)
+
+
+def build_base(out: Path, tier: str, seed: int, recipe: Path) -> None:
+    """The tier's base for one seed: world, SFT checkpoint and p_i (the demo up to p_i), resumable."""
+    from awarl.demo import run_demo
+
+    run_demo(base_folder(out, tier, seed), seed=seed, recipe=recipe, until="p_i", progress=False,
+             overrides=base_overrides(TIERS[tier]))
+
+
+def base_mean_p(out: Path, tier: str, seed: int) -> float:
+    from awarl.demo.report import capability_section
+    from awarl.demo.run import DemoPaths
+
+    return capability_section(DemoPaths(base_folder(out, tier, seed)).p_file("rl"))["mean_p_answerable"]
+
+
+def run_arm(out: Path, tier: str, arm: str, seed: int, recipe: Path) -> Path:
+    """Train one arm from its tier's base, evaluate it greedy and sampled, write its result.json."""
+    from awarl.demo.report import expected_refusal, outcome_rows, run_summary
+    from awarl.demo.run import prompts_per_batch
+    from awarl.eval.run import EvalConfig, run_eval
     from awarl.train.callbacks import quiet_terminal
     from awarl.train.config import apply_override
 
-    base = out / f"base-seed{seed}"
-    folder = out / arm / f"seed{seed}"
-    if (folder / "result.json").exists():
-        return folder
-    overrides = list(overrides or [])
-    run_demo(base, seed=seed, recipe=recipe, until="p_i", progress=False, overrides=overrides)
-    changes: dict[str, Any] = {}
-    for key, value in {**ARMS[arm], "grpo.max_steps": steps}.items():
-        apply_override(changes, f"{key}={json.dumps(value)}")
+    spec = TIERS[tier].arm(arm)
+    folder = arm_folder(out, tier, arm, seed)
     folder.mkdir(parents=True, exist_ok=True)
+    changes: dict[str, Any] = {}
+    for key, value in arm_overrides(TIERS[tier], spec).items():
+        apply_override(changes, f"{key}={json.dumps(value)}")
     with quiet_terminal(folder / "run.log") as terminal:
-        demo = Demo(DemoPaths(base), DemoRecipe.load(recipe, seed=seed, overrides=overrides),
-                    Display(terminal, enabled=False), quick=False, seed=seed)
-        # the study's arms replace the demo's: every arm is the recipe's training sections plus its changes
-        demo.recipe.arms = {arm: changes}
+        demo = _demo(out, tier, seed, recipe, terminal)
+        demo.recipe.arms = {arm: changes}  # the study's arm replaces the demo's: the recipe's sections plus its changes
         config = demo.train_arm(arm, folder=folder / "grpo")
-        metrics = demo.evaluate(folder / "grpo" / "final", folder / "eval", f"{arm} seed {seed}")
+        model = folder / "grpo" / "final"
+        greedy = demo.evaluate(model, folder / "eval", f"{tier} {arm} seed {seed}")
+        sampled = []
+        for k in range(SAMPLED):
+            run = EvalConfig(model=str(model), data=demo.eval_records_with_p(), out=folder / f"eval-sampled{k}",
+                             name=f"{tier} {arm} seed {seed} sample {k}", rollout=demo.rollout, corpus=demo.paths.corpus,
+                             temperature=1.0, seed=1000 * seed + k + 1, backend_options={"device": "cpu"})
+            sampled.append(run_summary(run_eval(run, progress=False).metrics, outcome_rows(folder / f"eval-sampled{k}")))
+    batches = read_batches(folder / "grpo" / "metrics_log.jsonl")
     rows = outcome_rows(folder / "eval")
-    overall = metrics["overall"]
-    summary = {"arm": arm, "seed": seed, "steps": steps, "overrides": ARMS[arm], "recipe_overrides": overrides,
-               "final": {k: overall.get(k) for k in FINAL_KEYS},
-               "expected_refusal": expected_refusal(rows, config.reward) if config.reward.kind == "awa" else None}
-    (folder / "result.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return folder
+    rl = [json.loads(line) for line in demo.paths.records("rl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    result = {"tier": tier, "arm": arm, "seed": seed, "steps": TIERS[tier].steps, "reward": spec.reward,
+              "base": base_overrides(TIERS[tier]), "greedy": run_summary(greedy, rows), "sampled": sampled,
+              "heldout_target": expected_refusal(rows, config.reward, late(batches, "value_correct"),
+                                                 late(batches, "value_wrong")),
+              "unanswerable_share_rl": sum(not r.get("answerable", True) for r in rl) / max(len(rl), 1),
+              "rollouts_per_batch": prompts_per_batch(config) * int(config.grpo.get("num_generations", 1))}
+    return write_result(folder, result)
 
 
-def _check_study(out: Path, recipe: Path, overrides: list[str]) -> None:
-    """A study folder holds one recipe (file and ``--set`` overrides): its bases and finished arms
-    are reused, so running it again with other settings is refused rather than mixed in. The
-    check is the demo's (`awarl.demo.check_settings`), on the recipe as every seed shares it
-    (without the demo's own ``arms:``: the study trains its own)."""
+def _check_study(out: Path, tier: str, recipe: Path) -> None:
+    """A tier folder holds one recipe: rerunning it with other settings is refused (`check_settings`)."""
     from awarl.demo import DemoError, DemoRecipe, check_settings
 
-    loaded = DemoRecipe.load(recipe, seed=0, overrides=overrides)
+    loaded = DemoRecipe.load(recipe, seed=0, overrides=base_overrides(TIERS[tier]))
     loaded.arms = {}
     try:
-        check_settings(out / "study.json", loaded)
+        check_settings(Path(out) / tier / "study.json", loaded)
     except DemoError as exc:
         raise SystemExit(str(exc)) from None
 
 
-def _bar(mean: float, sd: float | None) -> list[list[float]]:
-    """An error bar of ± ``sd`` around a rate, cut at 0 and 1 (a rate cannot leave them)."""
-    sd = sd or 0.0
-    return [[min(sd, mean)], [min(sd, 1.0 - mean)]]
+def _spawn(args: list[str]) -> int:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    print("== " + " ".join(args), flush=True)
+    return subprocess.call([sys.executable, str(Path(__file__).resolve()), "run-one", *args], env=env)
 
 
-# -- aggregation ---------------------------------------------------------------------------------------------
-def load_runs(out: Path) -> list[dict[str, Any]]:
-    """Every finished arm x seed under ``out``: its result.json plus its per-step log."""
-    from awarl.train.callbacks import read_metrics_log
-
-    runs = []
-    for result in sorted(out.glob("*/seed*/result.json")):
-        row = json.loads(result.read_text(encoding="utf-8"))
-        row["steps_log"] = read_metrics_log(result.parent / "metrics_log.jsonl")
-        runs.append(row)
-    return runs
-
-
-def _mean_sd(values: list[float]) -> tuple[float | None, float | None]:
-    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def _window(log: list[dict[str, Any]], key: str, last: int = 20) -> float | None:
-    values = [s[key] for s in log[-last:] if isinstance(s.get(key), (int, float))]
-    return statistics.fmean(values) if values else None
+def run(out: Path, tiers: list[str], seeds: list[int], arms: list[str] | None, recipe: Path, jobs: int) -> int:
+    failed = 0
+    for tier in tiers:
+        _check_study(out, tier, recipe)
+        todo = plan(out, [tier], seeds, arms)
+        common = ["--out", str(out), "--recipe", str(recipe), "--tier", tier]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            needed = sorted({s for _, _, s in todo})
+            failed += sum(pool.map(lambda s: _spawn([*common, "--seed", str(s), "--arm", "base"]) != 0, needed))
+        limit = TIERS[tier].max_mean_p
+        if limit is not None:
+            for seed in [s for s in sorted({s for _, _, s in todo}) if base_folder(out, tier, s).exists()]:
+                mean = base_mean_p(out, tier, seed)
+                if mean > limit:
+                    print(f"!! {tier} seed {seed}: the base's mean p_i on answerable RL questions is {mean:.3f} > {limit} "
+                          f"(the tier's precondition); its arms are not run. Change the tier's base in "
+                          f"awarl/eval/study.py before any arm runs.", flush=True)
+                    todo = [t for t in todo if t[2] != seed]
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            failed += sum(pool.map(lambda t: _spawn([*common, "--arm", t[1], "--seed", str(t[2])]) != 0, todo))
+    return 1 if failed else 0
 
 
-def aggregate(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per arm: seeds, mean and spread of every final metric, the late batch refusal rate and its
-    expected rate (mean of the last 20 logged steps), and the mean refusal trajectory."""
-    by_arm: dict[str, list[dict[str, Any]]] = {}
-    for run in runs:
-        by_arm.setdefault(run["arm"], []).append(run)
-    table = {}
-    for arm, group in by_arm.items():
-        entry: dict[str, Any] = {"seeds": sorted(r["seed"] for r in group), "steps": sorted({r["steps"] for r in group})}
-        for key in FINAL_KEYS:
-            entry[key] = _mean_sd([r["final"].get(key) for r in group])
-        entry["batch_refusal_late"] = _mean_sd([_window(r["steps_log"], "awa/refusal_rate") for r in group])
-        # The sampled policy (T = 1) in the last training batches: greedy evaluation can hide its guesses.
-        entry["batch_precision_late"] = _mean_sd([_window(r["steps_log"], "awa/precision") for r in group])
-        entry["batch_accuracy_late"] = _mean_sd([_window(r["steps_log"], "awa/accuracy") for r in group])
-        entry["batch_expected_late"] = _mean_sd([_window(r["steps_log"], "awa/expected_refusal_rate") for r in group])
-        entry["eval_expected"] = _mean_sd([r.get("expected_refusal") for r in group])
-        for name, key in (("trajectory", "awa/refusal_rate"), ("expected_trajectory", "awa/expected_refusal_rate")):
-            steps: dict[int, list[float]] = {}
-            for r in group:
-                for s in r["steps_log"]:
-                    if isinstance(s.get(key), (int, float)):
-                        steps.setdefault(s["step"], []).append(s[key])
-            entry[name] = [(k, statistics.fmean(v)) for k, v in sorted(steps.items())]
-        table[arm] = entry
-    return table
+def aggregate(out: Path) -> int:
+    from awarl.eval.study import aggregate as table_of
+    from awarl.eval.study_claims import claims
+    from awarl.eval.study_report import markdown, plot
+
+    runs = load_runs(out)
+    if not runs:
+        print(f"no finished runs under {out}", file=sys.stderr)
+        return 1
+    table = table_of(runs)
+    found = claims(table)
+    text = markdown(table, found, _oracle(out), plan(out, list(TIERS), list(SEEDS)))
+    (Path(out) / "fidelity.md").write_text(text, encoding="utf-8")
+    plot(table, Path(out), _oracle(out))
+    print(text)
+    return 0
 
 
-def claims(table: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The paper's claims, each with the numbers and whether they hold here (None: arms missing)."""
-    out = []
+def _oracle(out: Path) -> list[Any] | None:
+    """The oracle bounds on T1's world (seed 0's base, regenerated from its recorded config), once built."""
+    from awarl.data.world import WorldConfig, generate_world
+    from awarl.eval.world_audit import oracle_frontier
 
-    def m(arm: str, key: str) -> float | None:
-        return table.get(arm, {}).get(key, (None, None))[0]
-
-    static = m("static_0.5", "batch_refusal_late")
-    out.append({"claim": "a static refusal reward drifts to refusal > 0.9", "numbers": {"static_0.5 late batch refusal": static},
-                "holds": None if static is None else static > 0.9})
-    gaps = {a: (m(a, "refusal_rate"), m(a, "eval_expected")) for a in ("awa_g0.3", "awa_g0.5", "awa_g0.7")}
-    ok = [abs(r - e) <= 0.1 for r, e in gaps.values() if r is not None and e is not None]
-    out.append({"claim": "AWA's held-out refusal settles within 0.1 of its expected rate",
-                "numbers": {a: {"refusal": r, "expected": e} for a, (r, e) in gaps.items()},
-                "holds": all(ok) if ok else None})
-    rates = [m(a, "refusal_rate") for a in ("awa_g0.3", "awa_g0.5", "awa_g0.7")]
-    out.append({"claim": "AWA's refusal rises monotonically with gamma (0.3 < 0.5 < 0.7)",
-                "numbers": dict(zip(("0.3", "0.5", "0.7"), rates)),
-                "holds": None if None in rates else rates[0] < rates[1] < rates[2]})
-    pa, aa, pn, an = m("awa_g0.5", "precision"), m("awa_g0.5", "accuracy"), m("none", "precision"), m("none", "accuracy")
-    holds = None if None in (pa, aa, pn, an) else (pa - pn >= 0.05 and an - aa <= 0.05)
-    out.append({"claim": "AWA (gamma 0.5) raises precision by >= 5 points over `none` at <= 5 points accuracy cost",
-                "numbers": {"precision awa/none": (pa, pn), "accuracy awa/none": (aa, an)}, "holds": holds})
-    return out
-
-
-def markdown(table: dict[str, dict[str, Any]], found: list[dict[str, Any]]) -> str:
-    fmt = (lambda ms: "–" if ms[0] is None else f"{ms[0]:.3f} ± {ms[1]:.3f}")
-    cols = [*FINAL_KEYS, "eval_expected", "batch_refusal_late", "batch_precision_late", "batch_accuracy_late"]
-    lines = ["| arm | seeds | steps | " + " | ".join(cols) + " |", "|---" * (len(cols) + 3) + "|"]
-    for arm in [a for a in ARMS if a in table] + sorted(set(table) - set(ARMS)):
-        e = table[arm]
-        lines.append(f"| {arm} | {','.join(map(str, e['seeds']))} | {','.join(map(str, e['steps']))} | "
-                     + " | ".join(fmt(e[c]) for c in cols) + " |")
-    lines += ["", "| claim | holds here | numbers |", "|---|---|---|"]
-    for c in found:
-        verdict = {True: "yes", False: "**no**", None: "not measured"}[c["holds"]]
-        lines.append(f"| {c['claim']} | {verdict} | `{json.dumps(c['numbers'])}` |")
-    return "\n".join(lines) + "\n"
-
-
-SMOOTH = 20
-"""Steps per moving mean in the trajectory plot (one step's batch of 16 rollouts is noise)."""
-
-
-def _smooth(values: tuple[float, ...]) -> list[float]:
-    out, window = [], []
-    for v in values:
-        window = (window + [v])[-SMOOTH:]
-        out.append(statistics.fmean(window))
-    return out
-
-
-def plot(table: dict[str, dict[str, Any]], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for arm, e in table.items():
-        if e["trajectory"]:
-            xs, ys = zip(*e["trajectory"])
-            line, = ax.plot(xs, _smooth(ys), label=arm, lw=1.2)
-            if arm.startswith("awa") and e.get("expected_trajectory"):
-                xs, ys = zip(*e["expected_trajectory"])
-                ax.plot(xs, _smooth(ys), ls="--", lw=1, color=line.get_color(), label=f"{arm}: expected rate")
-    ax.set_xlabel("GRPO optimizer step")
-    ax.set_ylabel(f"batch refusal rate (mean over seeds, {SMOOTH}-step mean)")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out / "fidelity_refusal.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 5))
-    for arm, e in table.items():
-        if e["precision"][0] is not None:
-            ax.errorbar(e["accuracy"][0], e["precision"][0], xerr=_bar(*e["accuracy"]), yerr=_bar(*e["precision"]), fmt="o",
-                        label=arm, capsize=3)
-    gam = [table[a] for a in ("awa_g0.3", "awa_g0.5", "awa_g0.7") if a in table and table[a]["precision"][0] is not None]
-    if len(gam) > 1:
-        ax.plot([e["accuracy"][0] for e in gam], [e["precision"][0] for e in gam], "k--", lw=1, label="AWA across gamma")
-    ax.set_xlabel("accuracy (held-out)")
-    ax.set_ylabel("precision (held-out)")
-    ax.set_title("held-out precision vs accuracy (mean, bars: ± sd over seeds, within [0, 1])", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out / "fidelity_frontier.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
+    path = base_folder(out, "T1", 0) / "world" / "world.json"
+    if not path.exists():
+        return None
+    config = json.loads(path.read_text(encoding="utf-8"))["config"]
+    return oracle_frontier(generate_world(WorldConfig.from_dict(config, f"{path}: config")))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train + evaluate arms x seeds (resumes)")
-    run.add_argument("--out", type=Path, default=ROOT / "runs" / "fidelity")
-    run.add_argument("--arms", nargs="*", default=list(ARMS), help=f"any of: {', '.join(ARMS)}")
-    run.add_argument("--seeds", nargs="*", type=int, default=[0, 1])
-    run.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="GRPO optimizer steps per arm (same for all)")
-    run.add_argument("--recipe", type=Path, default=ROOT / "configs" / "demo_world.yaml")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a recipe field for the base and every arm (repeatable), e.g. sft.args.max_steps=500; "
-                          "use another --out for each recipe")
-    agg = sub.add_parser("aggregate", help="table, claims and plots of the finished runs")
+    for name in ("run", "run-one"):
+        p = sub.add_parser(name, help="train + evaluate (resumes)" if name == "run" else "one job (run uses it)")
+        p.add_argument("--out", type=Path, default=ROOT / "runs" / "fidelity")
+        p.add_argument("--recipe", type=Path, default=RECIPE)
+        p.add_argument("--tier", choices=list(TIERS), nargs="+" if name == "run" else None, required=name == "run-one",
+                       default=list(TIERS))
+        if name == "run":
+            p.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+            p.add_argument("--arms", nargs="+", help="arms of the tier (default: all)")
+            p.add_argument("--jobs", type=int, default=1, help="processes at a time (each OMP_NUM_THREADS=1)")
+        else:
+            p.add_argument("--seed", type=int, required=True)
+            p.add_argument("--arm", required=True, help="an arm of the tier, or 'base'")
+    agg = sub.add_parser("aggregate", help="tables, claims and plots of what has finished")
     agg.add_argument("--out", type=Path, default=ROOT / "runs" / "fidelity")
-    sub.add_parser("arms", help="list the arms and their overrides")
+    sub.add_parser("arms", help="the tiers, their bases and arms, every reward switch")
     args = parser.parse_args(argv)
     if args.command == "arms":
-        for name, overrides in ARMS.items():
-            print(f"{name:18} {overrides}")
+        for tier in TIERS.values():
+            print(f"{tier.name}: {tier.title}; base {base_overrides(tier)}; {tier.steps} optimizer steps per arm")
+            for arm in tier.arms:
+                seeds = f" (seeds {list(arm.seeds)})" if arm.seeds else ""
+                print(f"  {arm.name:14} {arm.tests}{seeds}\n                 {json.dumps(arm.reward)}")
         return 0
-    if args.command == "run":
-        unknown = [a for a in args.arms if a not in ARMS]
-        if unknown:
-            parser.error(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
-        _check_study(args.out, args.recipe, args.overrides)
-        for seed in args.seeds:
-            for arm in args.arms:
-                print(f"== {arm} seed {seed}", flush=True)
-                folder = run_arm(args.out, arm, seed, args.steps, args.recipe, args.overrides)
-                print(f"   -> {folder / 'result.json'}", flush=True)
-    runs = load_runs(args.out)
-    if not runs:
-        print(f"no finished runs under {args.out}", file=sys.stderr)
-        return 1
-    table = aggregate(runs)
-    found = claims(table)
-    text = markdown(table, found)
-    (args.out / "fidelity.md").write_text(text, encoding="utf-8")
-    plot(table, args.out)
-    print(text)
-    return 0
+    if args.command == "aggregate":
+        return aggregate(args.out)
+    if args.command == "run-one":
+        if args.arm == "base":
+            build_base(args.out, args.tier, args.seed, args.recipe)
+        else:
+            run_arm(args.out, args.tier, args.arm, args.seed, args.recipe)
+        return 0
+    for tier in args.tier:
+        for arm in args.arms or []:
+            try:
+                TIERS[tier].arm(arm)
+            except KeyError as exc:
+                parser.error(str(exc))
+    code = run(args.out, args.tier, args.seeds, args.arms, args.recipe, max(1, args.jobs))
+    aggregate(args.out)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`awarl demo` and the fidelity study's aggregation.
+"""`awarl demo`.
 
 The end-to-end smoke runs every stage with tiny settings (a 30-person world, a few SFT and GRPO
 steps): it checks the pipeline and its files, not the model's quality (the demo's quality floors
@@ -6,7 +6,6 @@ are checked by the demo itself and recorded in docs/benchmarks.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -203,14 +202,6 @@ def test_set_overrides_apply_after_quick_and_reach_the_world(tmp_path):
     assert json.loads((tmp_path / "d" / "world" / "world.json").read_text())["config"]["persons"] == 30
 
 
-def test_fidelity_study_folder_refuses_other_settings(tmp_path):
-    fid = _fidelity()
-    fid._check_study(tmp_path, DEFAULT_RECIPE, ["sft.args.max_steps=500"])
-    fid._check_study(tmp_path, DEFAULT_RECIPE, ["sft.args.max_steps=500"])  # same settings: resumes
-    with pytest.raises(SystemExit, match="another --out"):
-        fid._check_study(tmp_path, DEFAULT_RECIPE, [])
-
-
 @pytest.mark.parametrize("warm_start, message", [({"abstain_share": 1.5}, "abstain_share must be a number"),
                                                   ({"abstain_share": True}, "abstain_share must be a number"),
                                                   ({"abstain": 0.3}, "unknown key")])
@@ -285,60 +276,6 @@ def test_quiet_terminal_sends_library_output_to_the_log(tmp_path, capfd):
     assert "for the user" in seen.err and "loss" not in seen.out + seen.err
     log = (tmp_path / "x.log").read_text()
     assert "per-step dict" in log and "C-level line" in log and "C-level warning" in log
-
-
-# -- fidelity study aggregation --------------------------------------------------------------------------------
-def _fidelity():
-    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "scripts" / "fidelity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _record(out: Path, arm: str, seed: int, final: dict, refusal: list[float], expected: float) -> None:
-    folder = out / arm / f"seed{seed}"
-    folder.mkdir(parents=True)
-    (folder / "result.json").write_text(json.dumps({"arm": arm, "seed": seed, "steps": len(refusal), "overrides": {},
-                                                    "final": final, "expected_refusal": expected}))
-    with (folder / "metrics_log.jsonl").open("w") as f:
-        for step, r in enumerate(refusal, start=1):
-            f.write(json.dumps({"step": step, "awa/refusal_rate": r, "awa/expected_refusal_rate": expected,
-                                "awa/precision": 1 - r / 2}) + "\n")
-        f.write('{"step": 3, "awa/refusal_rate": 0.5')  # a torn last line (a killed run) is skipped
-
-
-def test_fidelity_aggregation_on_recorded_runs(tmp_path):
-    fid = _fidelity()
-
-    def final(p, a, r):
-        return {"precision": p, "accuracy": a, "ra_f1": 2 * p * a / (p + a), "refusal_rate": r,
-                "abstain_recall": 0.8, "over_refusal": 0.1}
-
-    for seed, jitter in ((0, 0.0), (1, 0.02)):
-        _record(tmp_path, "awa_g0.3", seed, final(0.70 + jitter, 0.50, 0.30), [0.2, 0.3, 0.3], 0.35)
-        _record(tmp_path, "awa_g0.5", seed, final(0.75 + jitter, 0.48, 0.36), [0.2, 0.35, 0.4], 0.40)
-        _record(tmp_path, "awa_g0.7", seed, final(0.80 + jitter, 0.45, 0.44), [0.3, 0.4, 0.45], 0.45)
-        _record(tmp_path, "none", seed, final(0.62 + jitter, 0.50, 0.10), [0.2, 0.1, 0.05], 0.40)
-        _record(tmp_path, "static_0.5", seed, final(0.5, 0.05, 0.95), [0.5, 0.9, 0.97], 0.40)
-    table = fid.aggregate(fid.load_runs(tmp_path))
-    assert table["awa_g0.5"]["seeds"] == [0, 1]
-    mean, sd = table["awa_g0.5"]["precision"]
-    assert mean == pytest.approx(0.76) and sd == pytest.approx(0.01414, abs=1e-4)
-    assert table["static_0.5"]["batch_refusal_late"][0] == pytest.approx((0.5 + 0.9 + 0.97) / 3)
-    assert table["none"]["trajectory"] == [(1, 0.2), (2, 0.1), (3, 0.05)]
-    assert table["none"]["batch_precision_late"][0] == pytest.approx(1 - (0.2 + 0.1 + 0.05) / 6)
-    assert table["none"]["batch_accuracy_late"] == (None, None)  # not logged: "–", not 0
-    verdicts = {c["claim"].split()[0] + c["claim"].split()[2]: c["holds"] for c in fid.claims(table)}
-    assert list(verdicts.values()) == [False, True, True, True]  # static's late mean is 0.79, not > 0.9
-    text = fid.markdown(table, fid.claims(table))
-    assert "| awa_g0.5 | 0,1 | 3 |" in text and "not measured" not in text and "batch_precision_late" in text
-    paths = fid.plot(table, tmp_path)
-    assert all(p.stat().st_size > 1000 for p in paths)
-
-
-def test_fidelity_claims_without_runs_are_not_measured():
-    fid = _fidelity()
-    assert {c["holds"] for c in fid.claims({})} == {None}
 
 
 def test_quick_and_full_demos_default_to_their_own_folders(tmp_path, monkeypatch):

@@ -1,0 +1,316 @@
+"""The fidelity study's design and bookkeeping (docs/fidelity.md, "Study v2"; DESIGN §10).
+
+Three tiers, each a table of its own, run in this order: T1 (world v2, the medium base: AWA at three
+γ against static, data manipulation and ``none``), T2 (a weak base: can the controller's guards keep
+AWA from collapsing into refusal) and T3 (world v1, the regression control). Every arm names every
+reward switch (`STUDY_REWARD` holds one value for each `RewardConfig` field), so no arm moves when a
+default does; every arm of a tier trains the same optimizer steps from the same base per seed.
+
+One folder per tier / arm / seed (``<out>/<tier>/<arm>/seed<N>/``: GRPO's run and ``grpo/metrics_log.jsonl``,
+``result.json`` once the arm is evaluated); ``<out>/<tier>/base-seed<N>/`` is the demo folder of the
+base. `load_runs` reads whatever has finished, `aggregate` summarises it per tier, arm and seed.
+The runner (``scripts/fidelity.py``) trains; this module never imports torch or the trainer.
+
+Per generation batch, not per logged step: TRL logs the reward's ``awa/…`` terms on the optimizer
+step that generated the batch (with ``logging_steps: 1`` the other steps of the batch carry none),
+so a generation batch is a log row that carries ``awa/refusal_rate`` (`read_batches`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from awarl.data.records import read_log_rows
+
+SEEDS = (0, 1, 2)
+"""Training seeds shared by every arm; comparisons are paired per seed."""
+K = 16
+"""Rollouts per question for p_i: enough p values that γ 0.2 / 0.5 / 1.0 move the per-query threshold."""
+LATE = 20
+"""Generation batches whose mean is an arm's "late" value (where it ends)."""
+PLATEAU = 50
+"""The last generation batches whose 20-batch window means must not wander (claim 2)."""
+
+STUDY_REWARD: dict[str, Any] = {
+    "kind": "awa", "r_correct": 1.0, "r_wrong": 0.0, "p_clip": 0.1, "gamma": 0.5, "beta": 0.9, "tau": 0.05,
+    "delta": 0.1, "max_penalty": 1.0, "cap_abstain": True, "floor_abstain": True, "anti_windup": "freeze",
+    "min_penalty": -0.2, "windup_share": 0.8, "abstain_requires_search": False, "static_reward": 0.5,
+    "attempt_bonus": False, "attempt_bonus_lambda": 0.1, "collapse_warn_share": 0.9, "collapse_warn_batches": 10,
+    "adaptive_p": False, "adaptive_p_every": 10, "adaptive_p_samples": 4, "adaptive_p_questions": 64,
+    "adaptive_p_alpha": 0.05, "w_cite": 0.2, "cite_on": "correct", "w_red": 0.5, "judge": "gold",
+}
+"""One explicit value for every reward switch (`awarl.rewards.config.RewardConfig`, its judge section
+aside: the gold judge needs none); an arm changes some of them. A test holds it to the config's fields."""
+
+
+def reward(**changes: Any) -> dict[str, Any]:
+    """`STUDY_REWARD` with ``changes``; a name that is not a switch is an error."""
+    unknown = sorted(set(changes) - set(STUDY_REWARD))
+    if unknown:
+        raise KeyError(f"not reward switches: {unknown} (known: {', '.join(STUDY_REWARD)})")
+    return {**STUDY_REWARD, **changes}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm: its reward (every switch), what it tests, and the seeds it runs at (None: the tier's)."""
+
+    name: str
+    reward: dict[str, Any]
+    tests: str
+    seeds: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One tier: its base (demo recipe overrides on top of `K`), GRPO steps per arm and its arms."""
+
+    name: str
+    title: str
+    base: tuple[str, ...]
+    steps: int
+    arms: tuple[Arm, ...]
+    max_mean_p: float | None = None
+    """The base's precondition: mean p_i on answerable RL questions at most this (checked before any arm)."""
+
+    def arm(self, name: str) -> Arm:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise KeyError(f"tier {self.name} has no arm {name!r}; its arms: {', '.join(a.name for a in self.arms)}")
+
+    def seeds_of(self, arm: Arm, seeds: Sequence[int] = SEEDS) -> list[int]:
+        return [s for s in seeds if arm.seeds is None or s in arm.seeds]
+
+
+_AWA = {"kind": "awa", "floor_abstain": True, "anti_windup": "freeze"}
+TIERS: dict[str, Tier] = {t.name: t for t in (
+    Tier("T1", "world v2, the medium base (claims 1-4)", (), 600, (
+        Arm("awa_g0.2", reward(**_AWA, gamma=0.2), "a plateau at its own target (claims 2, 3)"),
+        Arm("awa_g0.5", reward(**_AWA, gamma=0.5), "stays at its target while static drifts (claims 1, 2, 4)"),
+        Arm("awa_g1.0", reward(**_AWA, gamma=1.0), "the highest plateau (claim 2)"),
+        Arm("static_0.5", reward(kind="static", static_reward=0.5), "the static reward drifts (claim 1)"),
+        Arm("data_manip", reward(kind="unanswerable_only"), "the paper's data-manipulation baseline (claims 3, 4)"),
+        Arm("none", reward(kind="none"), "accuracy only (claim 3)"),
+        Arm("ternary", reward(kind="ternary"), "a common abstention baseline (one seed)", seeds=(0,)),
+        Arm("static_0.3", reward(kind="static", static_reward=0.3), "a second static value (one seed)", seeds=(0,)),
+    )),
+    # A weak base built by a lower SFT learning rate (not by stopping SFT before the copying jump).
+    Tier("T2", "world v2, a weak base (mean p_i <= 0.2): the controller's guards (issue 21)",
+         ("sft.args.learning_rate=5.0e-4",), 600, (
+             Arm("static_0.5", reward(kind="static", static_reward=0.5), "collapses from a weak base"),
+             Arm("awa_g0.5", reward(**_AWA), "plain AWA collapses from a weak base"),
+             Arm("awa_adaptive", reward(**_AWA, adaptive_p=True), "adaptive p_i follows learning"),
+             Arm("awa_attempt", reward(**_AWA, attempt_bonus=True), "generation encouragement keeps groups mixed"),
+             Arm("none", reward(kind="none"), "what RL can teach this base (the yardstick of adaptive p_i)"),
+         ), max_mean_p=0.2),
+    Tier("T3", "world v1, the regression control (claim 5)",
+         ("world.version=1", "world.persons=500", "world.split=[0.6, 0.24, 0.16]"), 400, (
+             Arm("awa_g0.5", reward(**_AWA), "paying arms end alike on v1"),
+             Arm("static_0.5", reward(kind="static", static_reward=0.5), "paying arms end alike on v1"),
+             Arm("none", reward(kind="none"), "accuracy only"),
+         )),
+)}
+
+
+def base_overrides(tier: Tier) -> list[str]:
+    """The demo recipe overrides (``section.field=value``) of a tier's base: K, then the tier's own."""
+    return [f"capability.k={K}", *tier.base]
+
+
+def arm_overrides(tier: Tier, arm: Arm) -> dict[str, Any]:
+    """The dotted training overrides of one arm: every reward switch, the tier's steps, and one log row
+    per optimizer step (so every generation batch keeps its own row)."""
+    out = {f"reward.{k}": v for k, v in arm.reward.items()}
+    out.update({"grpo.max_steps": tier.steps, "grpo.logging_steps": 1})
+    return out
+
+
+def base_folder(out: Path, tier: str, seed: int) -> Path:
+    return Path(out) / tier / f"base-seed{seed}"
+
+
+def arm_folder(out: Path, tier: str, arm: str, seed: int) -> Path:
+    return Path(out) / tier / arm / f"seed{seed}"
+
+
+def plan(out: Path, tiers: Sequence[str], seeds: Sequence[int], arms: Sequence[str] | None = None
+         ) -> list[tuple[str, str, int]]:
+    """(tier, arm, seed) still to run, in the study's order (tier by tier, seed by seed); finished ones
+    (their ``result.json``) are left out, so a rerun resumes."""
+    todo = []
+    for name in tiers:
+        tier = TIERS[name]
+        chosen = [tier.arm(a) for a in arms] if arms else list(tier.arms)
+        for seed in seeds:
+            for arm in chosen:
+                if seed in tier.seeds_of(arm, seeds) and not (arm_folder(out, name, arm.name, seed) / "result.json").exists():
+                    todo.append((name, arm.name, seed))
+    return todo
+
+
+# -- what a run logged ---------------------------------------------------------------------------------------
+BATCH_KEYS = {
+    "refusal": "awa/refusal_rate", "target": "awa/expected_refusal_rate", "E": "awa/E", "E_ema": "awa/E_ema",
+    "P": "awa/penalty", "capped": "awa/abstain_capped", "floored": "awa/abstain_floored",
+    "all_abstain": "awa/all_abstain_groups", "three_outcome": "awa/three_outcome_groups",
+    "zero_advantage": "awa/zero_advantage_groups", "value_correct": "awa/answer_value_correct",
+    "value_wrong": "awa/answer_value_wrong", "precision": "awa/precision", "accuracy": "awa/accuracy",
+    "probe_rollouts": "awa/probe_rollouts",
+}
+"""Short name -> the logged key (docs/metrics.md) of each per-batch term the study reports."""
+
+
+def read_batches(path: Path) -> list[dict[str, float]]:
+    """The generation batches of a GRPO ``metrics_log.jsonl``, in order: each a dict of the `BATCH_KEYS`
+    it logged plus its ``step``. A resumed run's repeated steps keep their last row; a torn last line
+    (a killed run) is skipped."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for row in read_log_rows(path) if Path(path).exists() else []:
+        if "train_runtime" not in row and isinstance(row.get("step"), int):
+            by_step.setdefault(row["step"], {}).update(row)
+    batches = []
+    for step in sorted(by_step):
+        row = by_step[step]
+        if isinstance(row.get(BATCH_KEYS["refusal"]), (int, float)):
+            batches.append({"step": step, **{k: float(row[key]) for k, key in BATCH_KEYS.items()
+                                             if isinstance(row.get(key), (int, float))}})
+    return batches
+
+
+def late(batches: Sequence[dict[str, float]], key: str, n: int = LATE) -> float | None:
+    """Mean of ``key`` over the last ``n`` batches that logged it (None when none did)."""
+    values = [b[key] for b in batches if key in b][-n:]
+    return statistics.fmean(values) if values else None
+
+
+def window_means(values: Sequence[float], window: int = LATE) -> list[float]:
+    """Sliding means of ``window`` consecutive values."""
+    return [statistics.fmean(values[i:i + window]) for i in range(len(values) - window + 1)]
+
+
+def plateau_sd(batches: Sequence[dict[str, float]], key: str = "refusal", last: int = PLATEAU,
+               window: int = LATE) -> float | None:
+    """Standard deviation of the ``window``-batch sliding means over the last ``last`` batches (None when
+    fewer batches ran): how much the late value still wanders."""
+    values = [b[key] for b in batches if key in b][-last:]
+    if len(values) < last:
+        return None
+    means = window_means(values, window)
+    return statistics.pstdev(means) if len(means) > 1 else 0.0
+
+
+def max_window_after(batches: Sequence[dict[str, float]], key: str, after: int, window: int = LATE) -> float | None:
+    """The largest ``window``-batch sliding mean of ``key`` over the batches after the first ``after``."""
+    values = [b[key] for b in batches[after:] if key in b]
+    means = window_means(values, min(window, len(values))) if values else []
+    return max(means) if means else None
+
+
+# -- finished runs -------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """One finished tier / arm / seed: its ``result.json`` (held-out metrics, compute) and its batches."""
+
+    tier: str
+    arm: str
+    seed: int
+    result: dict[str, Any]
+    batches: list[dict[str, float]] = field(default_factory=list)
+
+    def late(self, key: str) -> float | None:
+        return late(self.batches, key)
+
+    def metric(self, key: str, mode: str = "greedy") -> float | None:
+        """A held-out metric: ``greedy``, or ``sampled`` (the mean over the sampled evaluations)."""
+        if mode == "greedy":
+            value = (self.result.get("greedy") or {}).get(key)
+            return float(value) if isinstance(value, (int, float)) else None
+        values = [s[key] for s in self.result.get("sampled") or [] if isinstance(s.get(key), (int, float))]
+        return statistics.fmean(values) if values else None
+
+    @property
+    def training_rollouts(self) -> int:
+        return len(self.batches) * int(self.result.get("rollouts_per_batch", 0))
+
+    @property
+    def probe_rollouts(self) -> int:
+        values = [b["probe_rollouts"] for b in self.batches if "probe_rollouts" in b]
+        return int(values[-1]) if values else 0
+
+
+def write_result(folder: Path, result: dict[str, Any]) -> Path:
+    """``result.json`` of a finished arm (written last: its presence marks the arm done)."""
+    path = Path(folder) / "result.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def load_runs(out: Path) -> list[Run]:
+    """Every finished tier / arm / seed under ``out`` (whatever has finished so far)."""
+    runs = []
+    for path in sorted(Path(out).glob("*/*/seed*/result.json")):
+        result = json.loads(path.read_text(encoding="utf-8"))
+        tier, arm, seed = path.parts[-4], path.parts[-3], int(path.parts[-2][len("seed"):])
+        runs.append(Run(tier, arm, seed, result, read_batches(path.parent / "grpo" / "metrics_log.jsonl")))
+    return runs
+
+
+HELD_OUT = ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall", "over_refusal", "accuracy_answerable")
+"""The held-out metrics reported greedy and sampled (`awarl.demo.report.run_summary`'s keys)."""
+LATE_TERMS = ("refusal", "target", "E", "E_ema", "P", "capped", "floored", "all_abstain", "three_outcome",
+              "zero_advantage")
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    """One run's numbers: late batch terms, the plateau's wander, held-out greedy and sampled, compute."""
+    return {
+        "batches": len(run.batches),
+        "late": {k: run.late(k) for k in LATE_TERMS},
+        "plateau_sd": plateau_sd(run.batches),
+        "greedy": {k: run.metric(k) for k in HELD_OUT},
+        "sampled": {k: run.metric(k, "sampled") for k in HELD_OUT},
+        "heldout_target": run.result.get("heldout_target"),
+        "unanswerable_share": run.result.get("unanswerable_share_rl"),
+        "training_rollouts": run.training_rollouts,
+        "probe_rollouts": run.probe_rollouts,
+    }
+
+
+def mean_sd(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation of the numbers among ``values`` (sd 0 for one)."""
+    nums = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    if not nums:
+        return None, None
+    return statistics.fmean(nums), (statistics.stdev(nums) if len(nums) > 1 else 0.0)
+
+
+def aggregate(runs: Sequence[Run]) -> dict[str, dict[str, dict[str, Any]]]:
+    """tier -> arm -> ``{"seeds", "per_seed": {seed: run_summary}, "runs": {seed: Run}}``."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in sorted(runs, key=lambda r: (r.tier, r.arm, r.seed)):
+        entry = table.setdefault(run.tier, {}).setdefault(run.arm, {"seeds": [], "per_seed": {}, "runs": {}})
+        entry["seeds"].append(run.seed)
+        entry["per_seed"][run.seed] = run_summary(run)
+        entry["runs"][run.seed] = run
+    return table
+
+
+def per_seed(table: dict[str, Any], tier: str, arm: str, path: str) -> dict[int, float]:
+    """seed -> the number at ``path`` (``"late.refusal"``, ``"greedy.precision"``) of one arm's summaries."""
+    out = {}
+    for seed, summary in ((table.get(tier) or {}).get(arm) or {}).get("per_seed", {}).items():
+        value: Any = summary
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, (int, float)):
+            out[seed] = float(value)
+    return out

@@ -1,0 +1,304 @@
+"""The fidelity study's pre-registered claims (docs/fidelity.md, "Study v2"), checked on an
+`awarl.eval.study.aggregate` table, and the study's report.
+
+Every claim is a list of tests. A per-seed test has a *margin* at each seed (how far the seed's
+number is on the right side of its threshold: ``refusal − 0.9`` for "refusal ≥ 0.9"); the paired-seed
+rule of DESIGN §10 says it holds when it holds at every seed, or when the mean margin over the seeds
+exceeds 2 standard errors (sd / √n). Comparisons between arms use the seeds both arms finished (paired
+per seed). A claim whose arms have not run is "not measured"; one on fewer seeds than the study's
+says so. Where a claim fails, its diagnostics name the logged controller terms that explain it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from awarl.eval.study import SEEDS, STUDY_REWARD, TIERS, max_window_after, per_seed, plateau_sd
+
+# The thresholds, as pre-registered (docs/fidelity.md); never tuned to a result.
+DRIFT = 0.9            # claim 1: static's late batch refusal at least this; T2: collapse
+ABOVE_TARGET = 0.1     # claim 1: AWA γ 0.5 at most its late training target + this
+PLATEAU_GAP = 0.08     # claim 2: each γ within this of its own late target
+TARGET_STEP = 0.06     # claim 2: neighbouring γ's targets differ by at least this
+PLATEAU_WANDER = 0.05  # claim 2: sd of the 20-batch window means over the last 50 batches at most this
+PRECISION_VS_DM, ACCURACY_VS_DM, RA_F1_VS_DM, PRECISION_VS_NONE = 0.08, -0.04, 0.01, 0.15  # claim 3
+DM_SPREAD, DM_AWAY, AWA_SPREAD = 0.1, 0.15, 0.05  # claim 4
+PAYING_TOGETHER = 0.03  # claim 5: paying arms' held-out refusal within this of each other
+ADAPTIVE_ACCURACY, ADAPTIVE_RECALL = 0.8, 0.8  # T2: answerable accuracy >= 0.8 x none's, abstain-recall >= 0.8
+ALL_ABSTAIN_AFTER, ALL_ABSTAIN_MAX = 50, 0.3   # T2: attempt bonus keeps all-abstain <= 0.3 after batch 50
+GAMMAS = (("awa_g0.2", 0.2), ("awa_g0.5", 0.5), ("awa_g1.0", 1.0))
+
+
+@dataclass
+class Criterion:
+    """One test of a claim: per-seed margins (or one number) and whether it holds."""
+
+    name: str
+    holds: bool
+    margins: dict[int, float] = field(default_factory=dict)
+    rule: str = ""
+
+    def row(self) -> dict[str, Any]:
+        return {"test": self.name, "holds": self.holds, "margins": {str(s): round(m, 4) for s, m in self.margins.items()},
+                "rule": self.rule}
+
+
+def paired_seed_rule(margins: dict[int, float], strict: bool = False) -> tuple[bool, str]:
+    """Holds at every seed (margin ≥ 0, or > 0 when ``strict``), or the mean margin exceeds 2 standard
+    errors of the mean (sd / √n, n ≥ 2 seeds). With 2 or 3 seeds the second branch never rescues a seed
+    that fails (mean / SE is at most 2 when one margin is ≤ 0: (1, 1, 0) gives exactly 2), so there the
+    rule is "at every seed"; from 4 seeds on one seed may miss.
+
+    >>> paired_seed_rule({0: 0.02, 1: 0.01, 2: 0.03})[0]
+    True
+    >>> paired_seed_rule({0: 0.30, 1: 0.32, 2: -0.01})[0]   # 3 seeds: one miss is a miss
+    False
+    >>> paired_seed_rule({0: 0.30, 1: 0.30, 2: 0.30, 3: -0.01})   # 4 seeds: the mean is beyond 2 SE
+    (True, 'mean margin 0.223 > 2 SE (0.155)')
+    """
+    if not margins:
+        return False, "no seeds"
+    ok = [m > 0 if strict else m >= 0 for m in margins.values()]
+    if all(ok):
+        return True, f"at every seed ({len(ok)})"
+    values = list(margins.values())
+    if len(values) >= 2:
+        mean, se = statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
+        if mean > 2 * se:
+            return True, f"mean margin {mean:.3f} > 2 SE ({2 * se:.3f})"
+        return False, f"fails at seed(s) {[s for s, o in zip(margins, ok) if not o]}; mean margin {mean:.3f} <= 2 SE ({2 * se:.3f})"
+    return False, f"fails at seed(s) {[s for s, o in zip(margins, ok) if not o]}"
+
+
+def seed_test(name: str, margins: dict[int, float], strict: bool = False) -> Criterion:
+    holds, rule = paired_seed_rule(margins, strict)
+    return Criterion(name, holds, margins, rule)
+
+
+@dataclass
+class Claim:
+    """A claim's verdict (None: not measured), its tests, numbers, seeds, command and diagnostics."""
+
+    number: str
+    text: str
+    tier: str
+    holds: bool | None
+    tests: list[Criterion] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    numbers: dict[str, Any] = field(default_factory=dict)
+    diagnostics: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.holds is not None and set(SEEDS) <= set(self.seeds)
+
+    @property
+    def command(self) -> str:
+        arms = sorted({a for t in self.tests for a in _arms_named(t.name)})
+        return (f"OMP_NUM_THREADS=1 python scripts/fidelity.py run --tier {self.tier} --seeds "
+                f"{' '.join(map(str, SEEDS))}" + (f" --arms {' '.join(arms)}" if arms else ""))
+
+    @property
+    def verdict(self) -> str:
+        if self.holds is None:
+            return "not measured"
+        word = "yes" if self.holds else "no"
+        return word if self.complete else f"{word} (seeds {','.join(map(str, self.seeds))} only)"
+
+
+def _arms_named(text: str) -> list[str]:
+    names = {a.name for t in TIERS.values() for a in t.arms}
+    return [w.strip("(),:") for w in text.split() if w.strip("(),:") in names]
+
+
+def _paired(table: dict[str, Any], tier: str, arms: Sequence[str]) -> list[int]:
+    """The seeds every one of ``arms`` finished in ``tier`` (the pairs a comparison may use)."""
+    sets = [set(((table.get(tier) or {}).get(a) or {}).get("seeds", [])) for a in arms]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def _claim(number: str, text: str, tier: str, table: dict[str, Any], arms: Sequence[str],
+           build: Callable[[list[int]], tuple[list[Criterion], dict[str, Any]]]) -> Claim:
+    seeds = _paired(table, tier, arms)
+    missing = [a for a in arms if not ((table.get(tier) or {}).get(a) or {}).get("seeds")]
+    if not seeds:
+        return Claim(number, text, tier, None, missing=missing or list(arms))
+    tests, numbers = build(seeds)
+    holds = all(t.holds for t in tests)
+    claim = Claim(number, text, tier, holds, tests, seeds, numbers, missing=missing)
+    if not holds:
+        claim.diagnostics = [diagnose(table, tier, arm, s) for arm in arms for s in seeds]
+    return claim
+
+
+def _at(table: dict[str, Any], tier: str, arm: str, path: str, seeds: Sequence[int]) -> dict[int, float]:
+    values = per_seed(table, tier, arm, path)
+    return {s: values[s] for s in seeds if s in values}
+
+
+def _diff(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
+    return {s: a[s] - b[s] for s in a if s in b}
+
+
+def _shift(values: dict[int, float], by: float) -> dict[int, float]:
+    return {s: v + by for s, v in values.items()}
+
+
+# -- the claims ----------------------------------------------------------------------------------------------
+def claim_drift(table: dict[str, Any]) -> Claim:
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        static = _at(table, "T1", "static_0.5", "late.refusal", seeds)
+        awa, target = (_at(table, "T1", "awa_g0.5", f"late.{k}", seeds) for k in ("refusal", "target"))
+        return ([seed_test(f"static_0.5 late batch refusal >= {DRIFT}", _shift(static, -DRIFT)),
+                 seed_test(f"awa_g0.5 late batch refusal <= its late target + {ABOVE_TARGET}",
+                           _shift(_diff(target, awa), ABOVE_TARGET))],
+                {"static_0.5 refusal": static, "awa_g0.5 refusal": awa, "awa_g0.5 target": target})
+    return _claim("1", f"static 0.5 drifts to late batch refusal >= {DRIFT} while AWA γ 0.5 stays <= its training "
+                  f"target + {ABOVE_TARGET}", "T1", table, ["static_0.5", "awa_g0.5"], build)
+
+
+def claim_plateaus(table: dict[str, Any], tier: str = "T1", number: str = "2") -> Claim:
+    arms = [a for a, _ in GAMMAS]
+
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        refusal = {a: _at(table, tier, a, "late.refusal", seeds) for a in arms}
+        target = {a: _at(table, tier, a, "late.target", seeds) for a in arms}
+        wander = {a: _at(table, tier, a, "plateau_sd", seeds) for a in arms}
+        tests = [seed_test(f"{a} within {PLATEAU_GAP} of its late target",
+                           {s: PLATEAU_GAP - abs(refusal[a][s] - target[a][s]) for s in refusal[a] if s in target[a]})
+                 for a in arms]
+        for lo, hi in zip(arms, arms[1:]):
+            tests.append(seed_test(f"{hi} target - {lo} target >= {TARGET_STEP}",
+                                   _shift(_diff(target[hi], target[lo]), -TARGET_STEP)))
+            tests.append(seed_test(f"{hi} refusal > {lo} refusal", _diff(refusal[hi], refusal[lo]), strict=True))
+        tests += [seed_test(f"{a} sd of 20-batch window means over the last 50 batches <= {PLATEAU_WANDER}",
+                            {s: PLATEAU_WANDER - v for s, v in wander[a].items()}) for a in arms]
+        for a in arms:  # a run shorter than 50 batches cannot show a plateau
+            if len(wander[a]) < len(seeds):
+                tests.append(Criterion(f"{a} ran >= 50 generation batches", False, rule="too few batches"))
+        return tests, {"refusal": refusal, "target": target, "plateau_sd": wander}
+    return _claim(number, "distinct plateaus: each of γ 0.2 / 0.5 / 1.0 ends within 0.08 of its own late target, the "
+                  "targets differ by >= 0.06, refusal increases strictly with γ, and the 20-batch window means over "
+                  "the last 50 batches have sd <= 0.05", tier, table, arms, build)
+
+
+def claim_precision(table: dict[str, Any]) -> Claim:
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        g = {k: _at(table, "T1", "awa_g0.2", f"greedy.{k}", seeds) for k in ("precision", "accuracy", "ra_f1")}
+        dm = {k: _at(table, "T1", "data_manip", f"greedy.{k}", seeds) for k in g}
+        none = _at(table, "T1", "none", "greedy.precision", seeds)
+        tests = [seed_test(f"awa_g0.2 - data_manip precision >= +{PRECISION_VS_DM}",
+                           _shift(_diff(g["precision"], dm["precision"]), -PRECISION_VS_DM)),
+                 seed_test(f"awa_g0.2 - data_manip accuracy >= {ACCURACY_VS_DM}",
+                           _shift(_diff(g["accuracy"], dm["accuracy"]), -ACCURACY_VS_DM)),
+                 seed_test(f"awa_g0.2 - data_manip RA-F1 >= +{RA_F1_VS_DM}",
+                           _shift(_diff(g["ra_f1"], dm["ra_f1"]), -RA_F1_VS_DM)),
+                 seed_test(f"awa_g0.2 - none precision >= +{PRECISION_VS_NONE}",
+                           _shift(_diff(g["precision"], none), -PRECISION_VS_NONE))]
+        return tests, {"awa_g0.2": g, "data_manip": dm, "none precision": none}
+    return _claim("3", "precision at small cost: AWA γ 0.2 against data manipulation, paired: precision >= +0.08, "
+                  "accuracy >= -0.04, RA-F1 >= +0.01; against none: precision >= +0.15", "T1", table,
+                  ["awa_g0.2", "data_manip", "none"], build)
+
+
+def claim_unpredictable(table: dict[str, Any]) -> Claim:
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        dm, awa = (_at(table, "T1", a, "late.refusal", seeds) for a in ("data_manip", "awa_g0.5"))
+        share = _at(table, "T1", "data_manip", "unanswerable_share", seeds)
+        spread_dm, spread_awa = max(dm.values()) - min(dm.values()), max(awa.values()) - min(awa.values())
+        away = {s: abs(dm[s] - share[s]) for s in dm if s in share}
+        unpredictable = spread_dm >= DM_SPREAD or any(v >= DM_AWAY for v in away.values())
+        tests = [Criterion(f"data_manip spread >= {DM_SPREAD} or >= {DM_AWAY} from the unanswerable share at some seed",
+                      unpredictable, {s: v - DM_AWAY for s, v in away.items()},
+                      f"spread (max - min over seeds) {spread_dm:.3f}; away {json.dumps({str(s): round(v, 3) for s, v in away.items()})}"),
+                 Criterion(f"awa_g0.5 spread < {AWA_SPREAD}", spread_awa < AWA_SPREAD, rule=f"spread {spread_awa:.3f}")]
+        if len(seeds) < 2:
+            tests.append(Criterion("a spread needs >= 2 seeds", False, rule=f"seeds {seeds}"))
+        return tests, {"data_manip late refusal": dm, "awa_g0.5 late refusal": awa, "unanswerable share": share}
+    return _claim("4", "data manipulation is unpredictable (late refusal spread over seeds >= 0.1, or >= 0.15 from the "
+                  "unanswerable share at some seed) while AWA γ 0.5's spread is < 0.05", "T1", table,
+                  ["data_manip", "awa_g0.5"], build)
+
+
+def claim_regression(table: dict[str, Any]) -> Claim:
+    paying = ["awa_g0.5", "static_0.5"]
+
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        refusal = {a: _at(table, "T3", a, "greedy.refusal_rate", seeds) for a in paying}
+        margins = {s: PAYING_TOGETHER - (max(refusal[a][s] for a in paying) - min(refusal[a][s] for a in paying))
+                   for s in seeds}
+        return [seed_test(f"paying arms {', '.join(paying)} within {PAYING_TOGETHER} in held-out refusal", margins)], \
+            {"held-out refusal": refusal}
+    return _claim("5", "regression control: on world v1 the paying arms end within 0.03 of each other in held-out "
+                  "refusal at each seed", "T3", table, paying, build)
+
+
+def claim_weak_collapse(table: dict[str, Any]) -> Claim:
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        values = {a: _at(table, "T2", a, "late.refusal", seeds) for a in ("static_0.5", "awa_g0.5")}
+        return [seed_test(f"{a} late batch refusal >= {DRIFT}", _shift(v, -DRIFT)) for a, v in values.items()], \
+            {"late batch refusal": values}
+    return _claim("T2a", "from the weak base, static and plain AWA collapse (late batch refusal >= 0.9)", "T2", table,
+                  ["static_0.5", "awa_g0.5"], build)
+
+
+def claim_adaptive(table: dict[str, Any]) -> Claim:
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        acc = _at(table, "T2", "awa_adaptive", "greedy.accuracy_answerable", seeds)
+        none = _at(table, "T2", "none", "greedy.accuracy_answerable", seeds)
+        recall = _at(table, "T2", "awa_adaptive", "greedy.abstain_recall", seeds)
+        return [seed_test(f"awa_adaptive answerable accuracy >= {ADAPTIVE_ACCURACY} x none's",
+                          {s: acc[s] - ADAPTIVE_ACCURACY * none[s] for s in acc if s in none}),
+                seed_test(f"awa_adaptive abstain-recall >= {ADAPTIVE_RECALL}", _shift(recall, -ADAPTIVE_RECALL))], \
+            {"awa_adaptive accuracy_answerable": acc, "none accuracy_answerable": none, "awa_adaptive abstain_recall": recall}
+    return _claim("T2b", "adaptive-p_i AWA ends with answerable accuracy >= 0.8 x none's and abstain-recall >= 0.8",
+                  "T2", table, ["awa_adaptive", "none"], build)
+
+
+def claim_attempt(table: dict[str, Any]) -> Claim:
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        runs = table["T2"]["awa_attempt"]["runs"]
+        worst = {s: max_window_after(runs[s].batches, "all_abstain", ALL_ABSTAIN_AFTER) for s in seeds}
+        tests = [seed_test(f"awa_attempt all-abstain share (largest 20-batch mean after batch {ALL_ABSTAIN_AFTER}) "
+                           f"<= {ALL_ABSTAIN_MAX}", {s: ALL_ABSTAIN_MAX - v for s, v in worst.items() if v is not None})]
+        if any(v is None for v in worst.values()):
+            tests.append(Criterion(f"awa_attempt ran more than {ALL_ABSTAIN_AFTER} batches", False, rule="too few batches"))
+        return tests, {"largest all-abstain window mean after batch 50": worst}
+    return _claim("T2c", "the generation-encouragement arm keeps the all-abstain group share <= 0.3 after batch 50",
+                  "T2", table, ["awa_attempt"], build)
+
+
+def claims(table: dict[str, Any]) -> list[Claim]:
+    """Claims 1-5 (issue 20) and the weak-base claims (issue 21); the floored, anti-windup AWA's plateau
+    on the medium base is claim 2 (T1's AWA arms name both guards on)."""
+    return [claim_drift(table), claim_plateaus(table), claim_precision(table), claim_unpredictable(table),
+            claim_regression(table), claim_weak_collapse(table), claim_adaptive(table), claim_attempt(table)]
+
+
+def diagnose(table: dict[str, Any], tier: str, arm: str, seed: int) -> str:
+    """The logged controller terms of one run's last 20 batches, and what they point to."""
+    summary = table[tier][arm]["per_seed"][seed]
+    t = summary["late"]
+    shown = ", ".join(f"{k} {t[k]:.2f}" for k in ("refusal", "target", "E_ema", "P", "capped", "all_abstain",
+                                                   "three_outcome") if t.get(k) is not None)
+    notes = []
+    if (t.get("all_abstain") or 0) >= 0.9:
+        notes.append("refusal collapse: nearly every group abstains on every rollout (zero advantage, absorbing)")
+    if (t.get("capped") or 0) >= 0.8 and (t.get("P") or 0) < 0:
+        notes.append("the cap binds on most abstentions under a negative P_t (windup: P_t no longer shapes)")
+    if t.get("P") is not None and abs(t["P"]) >= 0.95 * STUDY_REWARD["max_penalty"]:
+        notes.append("P_t saturated at its bound")
+    if t.get("three_outcome") is not None and t["three_outcome"] < 0.1:
+        notes.append("few three-outcome groups: under GRPO's std normalisation every paying arm gets the same advantages")
+    if t.get("E_ema") is not None and abs(t["E_ema"]) > 0.1:
+        notes.append("the smoothed error stays large: the controller has not reached its target")
+    wander = plateau_sd(table[tier][arm]["runs"][seed].batches)
+    if wander is not None and wander > PLATEAU_WANDER:
+        notes.append(f"the late refusal still wanders (window sd {wander:.3f})")
+    return f"{tier} {arm} seed {seed}: {shown or 'no controller terms logged'}" + (f" — {'; '.join(notes)}" if notes else "")

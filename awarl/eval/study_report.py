@@ -1,0 +1,147 @@
+"""The fidelity study's report: one table per tier, the claims with their numbers, and the plots
+(per-batch trajectories of refusal, target and P_t; the precision–accuracy frontier across γ)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from awarl.eval.study import HELD_OUT, TIERS, mean_sd
+from awarl.eval.study_claims import GAMMAS, Claim
+
+BATCH_COLUMNS = ("refusal", "target", "E", "E_ema", "P", "capped", "all_abstain", "three_outcome")
+
+
+def _fmt(ms: tuple[float | None, float | None]) -> str:
+    return "–" if ms[0] is None else f"{ms[0]:.3f} ± {ms[1]:.3f}"
+
+
+def tier_table(tier: str, arms: dict[str, Any]) -> list[str]:
+    """Mean ± sd over seeds per arm: held-out greedy and sampled, the late batch terms, and compute."""
+    cols = ([("greedy", k) for k in HELD_OUT] + [("sampled", k) for k in ("precision", "accuracy", "refusal_rate")]
+            + [("late", k) for k in BATCH_COLUMNS] + [("", "plateau_sd"), ("", "heldout_target")])
+    head = [f"{mode} {key}".strip() for mode, key in cols] + ["training rollouts", "probe rollouts"]
+    lines = [f"### {tier}: {TIERS[tier].title}" if tier in TIERS else f"### {tier}", "",
+             "| arm | seeds | " + " | ".join(head) + " |", "|---" * (len(head) + 2) + "|"]
+    order = [a.name for a in TIERS[tier].arms if a.name in arms] if tier in TIERS else []
+    for arm in order + sorted(set(arms) - set(order)):
+        summaries = arms[arm]["per_seed"].values()
+        cells = []
+        for mode, key in cols:
+            cells.append(_fmt(mean_sd([(s[mode] if mode else s).get(key) for s in summaries])))
+        cells.append(f"{sum(s['training_rollouts'] for s in summaries)}")
+        cells.append(f"{sum(s['probe_rollouts'] for s in summaries)}")
+        lines.append(f"| {arm} | {','.join(map(str, arms[arm]['seeds']))} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def claims_markdown(found: list[Claim]) -> list[str]:
+    lines = ["| claim | holds | seeds | tests |", "|---|---|---|---|"]
+    for c in found:
+        tests = "; ".join(f"{t.name}: {'yes' if t.holds else 'no'} ({t.rule})" for t in c.tests) or \
+            f"missing arms: {', '.join(c.missing)}"
+        lines.append(f"| {c.number}. {c.text} | {c.verdict} | {','.join(map(str, c.seeds)) or '–'} | {tests} |")
+    lines.append("")
+    for c in found:
+        if c.holds is None:
+            continue
+        lines += [f"**Claim {c.number}** — {c.verdict}. `{c.command}`", "",
+                  f"- numbers: `{json.dumps(c.numbers, default=_round)}`"]
+        lines += [f"- margins of *{t.name}*: `{json.dumps(t.row()['margins'])}`" for t in c.tests if t.margins]
+        lines += [f"- diagnostic: {d}" for d in c.diagnostics]
+        lines.append("")
+    return lines
+
+
+def _round(value: Any) -> Any:
+    return round(value, 4) if isinstance(value, float) else str(value)
+
+
+def markdown(table: dict[str, Any], found: list[Claim], oracle: list[Any] | None = None,
+             pending: list[tuple[str, str, int]] | None = None) -> str:
+    """The study's report: per tier a table, the oracle bounds, the claims; what has not finished."""
+    lines = ["# Fidelity study v2", ""]
+    if pending:
+        lines += [f"Not finished: {len(pending)} runs ({', '.join(f'{t}/{a}/seed{s}' for t, a, s in pending[:12])}"
+                  + (" …" if len(pending) > 12 else "") + "). The numbers below are of what has finished.", ""]
+    for tier in [t for t in TIERS if t in table] + sorted(set(table) - set(TIERS)):
+        lines += tier_table(tier, table[tier])
+    if oracle:
+        lines += ["Oracle that knows u_q (upper bounds; `awarl.eval.world_audit.oracle_frontier`):", "",
+                  "| γ | refusal | precision | accuracy |", "|---|---|---|---|"]
+        lines += [f"| {p.gamma} | {p.refusal:.3f} | {p.precision:.3f} | {p.accuracy:.3f} |" for p in oracle] + [""]
+    lines += ["## Claims", "", *claims_markdown(found)]
+    return "\n".join(lines) + "\n"
+
+
+def plot(table: dict[str, Any], out: Path, oracle: list[Any] | None = None) -> list[Path]:
+    """``study_<tier>_batches.png`` (per generation batch, mean over seeds: refusal, target dashed, P_t
+    below) and ``study_frontier.png`` (held-out greedy precision against accuracy across γ, T1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    for tier, arms in table.items():
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=(2, 1))
+        for arm, entry in arms.items():
+            curves = {k: _mean_curve([r.batches for r in entry["runs"].values()], k) for k in ("refusal", "target", "P")}
+            if curves["refusal"]:
+                line, = top.plot(range(1, len(curves["refusal"]) + 1), curves["refusal"], lw=1.2, label=arm)
+                if curves["target"]:
+                    top.plot(range(1, len(curves["target"]) + 1), curves["target"], ls="--", lw=1, color=line.get_color())
+                if curves["P"]:
+                    bottom.plot(range(1, len(curves["P"]) + 1), curves["P"], lw=1, color=line.get_color())
+        top.set_ylabel("batch refusal (— ), target (- -)")
+        top.set_ylim(0, 1)
+        top.legend(fontsize=7)
+        bottom.set_ylabel("P_t")
+        bottom.set_xlabel("generation batch (64 rollouts each; mean over seeds)")
+        fig.tight_layout()
+        paths.append(Path(out) / f"study_{tier}_batches.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    points = [(g, _mean_xy(table["T1"][a])) for a, g in GAMMAS if a in table.get("T1", {})]
+    points = [(g, xy) for g, xy in points if xy is not None]
+    if points or oracle:
+        fig, ax = plt.subplots(figsize=(6, 5))
+        if points:
+            ax.plot([xy[0] for _, xy in points], [xy[1] for _, xy in points], "o-", label="AWA across γ (held-out, greedy)")
+            for g, (x, y) in points:
+                ax.annotate(f"γ {g}", (x, y), fontsize=8)
+        if oracle:
+            ax.plot([p.accuracy for p in oracle], [p.precision for p in oracle], "k^--", lw=1, label="oracle (knows u_q)")
+        for arm in ("static_0.5", "data_manip", "none"):
+            xy = _mean_xy(table.get("T1", {}).get(arm))
+            if xy is not None:
+                ax.plot(*xy, "s", label=arm)
+        ax.set_xlabel("accuracy")
+        ax.set_ylabel("precision")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(Path(out) / "study_frontier.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def _mean_curve(runs: list[list[dict[str, float]]], key: str) -> list[float]:
+    """Per batch index, the mean over the runs that logged ``key`` there."""
+    n = max((len(r) for r in runs), default=0)
+    out = []
+    for i in range(n):
+        values = [r[i][key] for r in runs if i < len(r) and key in r[i]]
+        if not values:
+            break
+        out.append(sum(values) / len(values))
+    return out
+
+
+def _mean_xy(entry: dict[str, Any] | None) -> tuple[float, float] | None:
+    if not entry:
+        return None
+    acc = mean_sd([s["greedy"].get("accuracy") for s in entry["per_seed"].values()])[0]
+    prec = mean_sd([s["greedy"].get("precision") for s in entry["per_seed"].values()])[0]
+    return None if acc is None or prec is None else (acc, prec)

@@ -1,0 +1,310 @@
+"""The fidelity study v2 (awarl.eval.study*, scripts/fidelity.py) on recorded synthetic runs: the design
+(every arm names every switch), per-batch logs, aggregation, each claim passing and failing, the
+paired-seed rule, a partial study, and the one expected-rate formula shared with training."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from awarl.eval import study
+from awarl.eval.study import SEEDS, TIERS, aggregate, arm_folder, load_runs, plan, read_batches
+from awarl.eval.study_claims import claims, paired_seed_rule
+from awarl.eval.study_report import markdown, plot
+from awarl.rewards import RewardConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- the design ----------------------------------------------------------------------------------------------
+def test_every_arm_names_every_reward_switch():
+    switches = {f.name for f in fields(RewardConfig)} - {"llm_judge"}
+    assert set(study.STUDY_REWARD) == switches  # a new switch must get a value in the study
+    for tier in TIERS.values():
+        steps = set()
+        for arm in tier.arms:
+            assert set(arm.reward) == switches, f"{tier.name}/{arm.name}"
+            RewardConfig.from_dict(arm.reward)  # every arm is a valid reward
+            overrides = study.arm_overrides(tier, arm)
+            assert {f"reward.{s}" for s in switches} <= set(overrides) and overrides["grpo.logging_steps"] == 1
+            steps.add(overrides["grpo.max_steps"])
+        assert steps == {tier.steps}  # equal optimizer steps for every arm of a tier
+        assert study.base_overrides(tier)[0] == "capability.k=16"
+    t1 = TIERS["T1"]
+    for name in ("awa_g0.2", "awa_g0.5", "awa_g1.0"):
+        assert t1.arm(name).reward["floor_abstain"] is True and t1.arm(name).reward["anti_windup"] == "freeze"
+    assert [t1.arm(n).reward["gamma"] for n in ("awa_g0.2", "awa_g0.5", "awa_g1.0")] == [0.2, 0.5, 1.0]
+    assert t1.arm("data_manip").reward["kind"] == "unanswerable_only" and t1.arm("ternary").seeds == (0,)
+    t2 = TIERS["T2"]
+    assert t2.arm("awa_adaptive").reward["adaptive_p"] and not t2.arm("awa_g0.5").reward["adaptive_p"]
+    assert t2.arm("awa_attempt").reward["attempt_bonus"] and t2.max_mean_p == 0.2
+    assert "world.version=1" in TIERS["T3"].base and TIERS["T3"].steps < t1.steps
+    with pytest.raises(KeyError, match="not reward switches"):
+        study.reward(gama=0.3)
+
+
+def test_the_one_expected_rate_formula_in_training_and_the_study():
+    """Training's target (the reward's update, citation term from the batch) equals the study's and the
+    demo's (`target_refusal_rate` / `expected_refusal` with the logged answer values); without the citation
+    term the target differs, which is what the study v1 got wrong."""
+    from awarl.demo.report import expected_refusal
+    from awarl.protocol import ABSTAIN_PHRASE, build_messages
+    from awarl.rewards import build_reward_funcs, target_refusal_rate
+
+    cfg = RewardConfig(gamma=1.0)
+    awa = build_reward_funcs(cfg)[0][0]
+    said = lambda text: [{"role": "assistant", "content": text}]  # noqa: E731
+    completions = [said("<answer>x</answer> [d1]"), said("<answer>y</answer>"), said(f"<answer>{ABSTAIN_PHRASE}</answer>")] * 2
+    p = [0.48, 0.48, 0.48, 0.3, 0.7, 0.48]
+    logged: dict[str, float] = {}
+    awa([build_messages(f"q{i}") for i in range(6)], completions, answers=[["x"]] * 6, supporting=[["d1"]] * 6, p=p,
+        log_metric=lambda k, v: logged.__setitem__(k, v))
+    trained = logged["awa/expected_refusal_rate"]
+    value_correct, value_wrong = logged["awa/answer_value_correct"], logged["awa/answer_value_wrong"]
+    assert value_correct == pytest.approx(1.2) and value_wrong == 0.0
+    assert target_refusal_rate(p, cfg, value_correct, value_wrong) == trained
+    rows = [{"p": v} for v in p]
+    assert expected_refusal(rows, cfg, value_correct, value_wrong) == trained
+    assert trained == pytest.approx(1 / 6) and expected_refusal(rows, cfg) == pytest.approx(5 / 6)
+
+
+# -- recorded runs -------------------------------------------------------------------------------------------
+def _log(folder: Path, refusal: list[float], target: float, **terms: float) -> None:
+    """A GRPO metrics log as TRL writes it with logging_steps 1 and 4 optimizer steps per generation batch:
+    the awa/ terms only on the step that generated the batch."""
+    path = folder / "grpo" / "metrics_log.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for i, r in enumerate(refusal):
+            f.write(json.dumps({"step": 4 * i + 1, "loss": 0.1, "awa/refusal_rate": r, "awa/expected_refusal_rate": target,
+                                "awa/answer_value_correct": 1.1, "awa/answer_value_wrong": 0.0,
+                                **{study.BATCH_KEYS[k]: v for k, v in terms.items()}}) + "\n")
+            for step in range(4 * i + 2, 4 * i + 5):
+                f.write(json.dumps({"step": step, "loss": 0.1}) + "\n")
+
+
+def record(out: Path, tier: str, arm: str, seed: int, *, refusal: float | list[float] = 0.3, target: float = 0.3,
+           batches: int = 60, greedy: dict | None = None, share: float = 0.3, **terms: float) -> None:
+    """One finished run: its per-batch log and result.json."""
+    folder = arm_folder(out, tier, arm, seed)
+    series = refusal if isinstance(refusal, list) else [refusal] * batches
+    _log(folder, series, target, **terms)
+    metrics = {"precision": 0.8, "accuracy": 0.5, "ra_f1": 0.615, "refusal_rate": 0.3, "abstain_recall": 0.9,
+               "over_refusal": 0.1, "accuracy_answerable": 0.6, **(greedy or {})}
+    study.write_result(folder, {"tier": tier, "arm": arm, "seed": seed, "greedy": metrics,
+                                "sampled": [{**metrics, "precision": metrics["precision"] - 0.1}] * 2,
+                                "unanswerable_share_rl": share, "rollouts_per_batch": 64})
+
+
+def _t1(out: Path, seeds=SEEDS) -> None:
+    """A T1 study where claims 1-3 hold (and 4 fails: data manipulation ends at the unanswerable share)."""
+    default = {
+        "awa_g0.2": dict(refusal=0.40, target=0.42, greedy={"precision": 0.70, "accuracy": 0.56, "ra_f1": 0.622}),
+        "awa_g0.5": dict(refusal=0.52, target=0.55),
+        "awa_g1.0": dict(refusal=0.66, target=0.68),
+        "static_0.5": dict(refusal=0.95, target=0.55),
+        "data_manip": dict(refusal=0.30, target=0.55, greedy={"precision": 0.60, "accuracy": 0.57, "ra_f1": 0.585}),
+        "none": dict(refusal=0.05, target=0.55, greedy={"precision": 0.50}),
+    }
+    for arm, numbers in default.items():
+        for seed in seeds:
+            record(out, "T1", arm, seed, **numbers)
+
+
+def _verdicts(out: Path) -> dict[str, bool | None]:
+    return {c.number: c.holds for c in claims(aggregate(load_runs(out)))}
+
+
+def test_read_batches_keeps_one_row_per_generation_batch(tmp_path):
+    _log(tmp_path, [0.1, 0.2, 0.3], 0.25, P=0.1)
+    path = tmp_path / "grpo" / "metrics_log.jsonl"
+    with path.open("a") as f:  # a resumed run repeats step 9; a killed one leaves a torn line
+        f.write(json.dumps({"step": 9, "awa/refusal_rate": 0.35}) + "\n" + '{"step": 13, "awa/ref')
+    batches = read_batches(path)
+    assert [b["step"] for b in batches] == [1, 5, 9] and [b["refusal"] for b in batches] == [0.1, 0.2, 0.35]
+    assert batches[0]["target"] == 0.25 and batches[0]["P"] == 0.1 and "capped" not in batches[0]
+
+
+def test_late_values_and_the_plateau_window():
+    batches = [{"refusal": 0.0}] * 30 + [{"refusal": 0.5}] * 50
+    assert study.late(batches, "refusal") == 0.5 and study.plateau_sd(batches) == 0.0
+    assert study.plateau_sd(batches[:40]) is None  # fewer than 50 batches
+    wandering = [{"refusal": 0.2}] * 25 + [{"refusal": 0.8}] * 25
+    assert study.plateau_sd(wandering) > 0.05
+    assert study.max_window_after([{"all_abstain": 1.0}] * 50 + [{"all_abstain": 0.1}] * 30, "all_abstain", 50) == 0.1
+
+
+def test_aggregation_reports_terms_held_out_and_compute(tmp_path):
+    record(tmp_path, "T2", "awa_adaptive", 0, refusal=0.4, target=0.5, P=-0.1, capped=0.2, all_abstain=0.1,
+           three_outcome=0.3, probe_rollouts=512.0)
+    record(tmp_path, "T2", "awa_adaptive", 1, refusal=0.6, target=0.5, P=0.1, capped=0.0, probe_rollouts=256.0)
+    table = aggregate(load_runs(tmp_path))
+    entry = table["T2"]["awa_adaptive"]
+    assert entry["seeds"] == [0, 1]
+    s0 = entry["per_seed"][0]
+    assert s0["batches"] == 60 and s0["late"]["refusal"] == 0.4 and s0["late"]["P"] == -0.1
+    assert s0["greedy"]["precision"] == 0.8 and s0["sampled"]["precision"] == pytest.approx(0.7)
+    assert s0["training_rollouts"] == 60 * 64 and s0["probe_rollouts"] == 512
+    text = markdown(table, claims(table))
+    assert "| awa_adaptive | 0,1 |" in text and "0.500 ± 0.141" in text  # late refusal mean ± sd over seeds
+    assert "768" in text  # probe rollouts reported beside the training rollouts
+
+
+# -- the paired-seed rule ------------------------------------------------------------------------------------
+def test_paired_seed_rule():
+    assert paired_seed_rule({0: 0.01, 1: 0.0, 2: 0.2}) == (True, "at every seed (3)")
+    holds, why = paired_seed_rule({0: 0.30, 1: 0.28, 2: 0.31, 3: -0.01})
+    assert holds and "> 2 SE" in why
+    assert paired_seed_rule({0: 1.0, 1: 1.0, 2: -1e-9})[0] is False  # 3 seeds: a miss is never rescued
+    holds, why = paired_seed_rule({0: 0.30, 1: -0.25, 2: 0.02})
+    assert not holds and "seed(s) [1]" in why
+    assert paired_seed_rule({0: 0.0}, strict=True)[0] is False and paired_seed_rule({0: -0.1})[0] is False
+
+
+# -- the claims, each passing and failing ---------------------------------------------------------------------
+def test_t1_claims_hold_on_a_study_that_shows_them(tmp_path):
+    _t1(tmp_path)
+    verdicts = _verdicts(tmp_path)
+    assert verdicts["1"] and verdicts["2"] and verdicts["3"]
+    assert verdicts["4"] is False  # data manipulation ends at the unanswerable share at every seed: predictable
+
+
+def test_claim_1_fails_when_static_does_not_drift_and_names_a_diagnostic(tmp_path):
+    _t1(tmp_path)
+    for seed in SEEDS:
+        record(tmp_path, "T1", "static_0.5", seed, refusal=0.23, target=0.55, three_outcome=0.02, all_abstain=0.0)
+    claim = claims(aggregate(load_runs(tmp_path)))[0]
+    assert claim.holds is False and claim.tests[0].holds is False and claim.tests[1].holds
+    assert any("few three-outcome groups" in d for d in claim.diagnostics)
+    assert "--tier T1" in claim.command and "static_0.5" in claim.command
+
+
+def test_claim_1_holds_by_two_standard_errors_when_one_of_four_seeds_misses(tmp_path):
+    _t1(tmp_path, seeds=(0, 1, 2, 3))
+    for seed, r in zip((0, 1, 2, 3), (0.99, 0.99, 0.99, 0.895)):  # misses 0.9 at seed 3; mean margin 0.069 > 2 SE
+        record(tmp_path, "T1", "static_0.5", seed, refusal=r, target=0.55)
+    claim = claims(aggregate(load_runs(tmp_path)))[0]
+    assert claim.holds and "> 2 SE" in claim.tests[0].rule and claim.tests[0].margins[3] < 0
+    assert claim.verdict == "yes"
+    record(tmp_path, "T1", "static_0.5", 3, refusal=0.7, target=0.55)  # a clear miss: no longer beyond 2 SE
+    assert claims(aggregate(load_runs(tmp_path)))[0].holds is False
+
+
+def test_claim_2_fails_on_equal_targets_on_ties_and_on_wander(tmp_path):
+    _t1(tmp_path)
+    for seed in SEEDS:  # γ 0.5 and 1.0 with the same target and refusal (K too small to tell them apart)
+        record(tmp_path, "T1", "awa_g1.0", seed, refusal=0.52, target=0.55)
+    claim = claims(aggregate(load_runs(tmp_path)))[1]
+    failed = {t.name for t in claim.tests if not t.holds}
+    assert claim.holds is False
+    assert failed == {"awa_g1.0 target - awa_g0.5 target >= 0.06", "awa_g1.0 refusal > awa_g0.5 refusal"}
+    for seed in SEEDS:  # the plateau wanders: half the last 50 batches at 0.45, half at 0.75
+        record(tmp_path, "T1", "awa_g1.0", seed, refusal=[0.66] * 10 + [0.45] * 25 + [0.75] * 25, target=0.68)
+    claim = claims(aggregate(load_runs(tmp_path)))[1]
+    assert not next(t for t in claim.tests if t.name.startswith("awa_g1.0 sd of")).holds
+    assert any("wanders" in d for d in claim.diagnostics)
+
+
+def test_claim_3_fails_on_too_small_a_precision_gain(tmp_path):
+    _t1(tmp_path)
+    for seed in SEEDS:
+        record(tmp_path, "T1", "data_manip", seed, refusal=0.3, greedy={"precision": 0.66, "accuracy": 0.57, "ra_f1": 0.615})
+    claim = claims(aggregate(load_runs(tmp_path)))[2]
+    assert claim.holds is False and [t.holds for t in claim.tests] == [False, True, False, True]
+    assert claim.tests[0].margins[0] == pytest.approx(0.70 - 0.66 - 0.08)
+
+
+def test_claim_4_holds_when_data_manipulation_is_unpredictable(tmp_path):
+    _t1(tmp_path)
+    for seed, r in zip(SEEDS, (0.30, 0.50, 0.32)):
+        record(tmp_path, "T1", "data_manip", seed, refusal=r, greedy={"precision": 0.60, "accuracy": 0.57, "ra_f1": 0.585})
+    assert _verdicts(tmp_path)["4"] is True
+    for seed, r in zip(SEEDS, (0.45, 0.55, 0.52)):  # AWA γ 0.5 spreads too: the claim fails
+        record(tmp_path, "T1", "awa_g0.5", seed, refusal=r, target=0.55)
+    assert _verdicts(tmp_path)["4"] is False
+
+
+def test_claim_5_regression_control(tmp_path):
+    for seed in SEEDS:
+        record(tmp_path, "T3", "awa_g0.5", seed, greedy={"refusal_rate": 0.33})
+        record(tmp_path, "T3", "static_0.5", seed, greedy={"refusal_rate": 0.34})
+    assert _verdicts(tmp_path)["5"] is True
+    record(tmp_path, "T3", "static_0.5", 1, greedy={"refusal_rate": 0.45})
+    record(tmp_path, "T3", "static_0.5", 2, greedy={"refusal_rate": 0.40})
+    assert _verdicts(tmp_path)["5"] is False
+
+
+def test_weak_base_claims(tmp_path):
+    for seed in SEEDS:
+        record(tmp_path, "T2", "static_0.5", seed, refusal=0.98, all_abstain=0.95)
+        record(tmp_path, "T2", "awa_g0.5", seed, refusal=0.99, all_abstain=0.97, capped=0.9, P=-0.7)
+        record(tmp_path, "T2", "none", seed, refusal=0.0, greedy={"accuracy_answerable": 0.5})
+        record(tmp_path, "T2", "awa_adaptive", seed, greedy={"accuracy_answerable": 0.45, "abstain_recall": 0.85})
+        record(tmp_path, "T2", "awa_attempt", seed, refusal=0.5, all_abstain=0.2)
+    verdicts = _verdicts(tmp_path)
+    assert verdicts["T2a"] and verdicts["T2b"] and verdicts["T2c"]
+    for seed in SEEDS:
+        record(tmp_path, "T2", "awa_g0.5", seed, refusal=0.5, target=0.9, capped=0.9, P=-0.7)  # no collapse
+        record(tmp_path, "T2", "awa_adaptive", seed, greedy={"accuracy_answerable": 0.2, "abstain_recall": 0.9})
+        record(tmp_path, "T2", "awa_attempt", seed, refusal=0.9, all_abstain=0.6)
+    found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
+    assert [found[n].holds for n in ("T2a", "T2b", "T2c")] == [False, False, False]
+    assert any("windup" in d for d in found["T2a"].diagnostics)
+
+
+# -- a partial study -----------------------------------------------------------------------------------------
+def test_plan_resumes_and_aggregate_works_on_a_partial_study(tmp_path):
+    assert len(plan(tmp_path, ["T1"], SEEDS)) == 6 * 3 + 2  # ternary and static 0.3 at seed 0 only
+    _t1(tmp_path, seeds=(0,))
+    todo = plan(tmp_path, list(TIERS), SEEDS)
+    assert ("T1", "awa_g0.5", 0) not in todo and ("T1", "awa_g0.5", 1) in todo and ("T1", "ternary", 0) in todo
+    found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
+    assert found["1"].holds and found["1"].verdict == "yes (seeds 0 only)"
+    assert found["5"].holds is None and found["5"].verdict == "not measured"
+    assert found["2"].command.startswith("OMP_NUM_THREADS=1 python scripts/fidelity.py run --tier T1 --seeds 0 1 2")
+    table = aggregate(load_runs(tmp_path))
+    text = markdown(table, claims(table), pending=todo)
+    assert "Not finished:" in text and "not measured" in text and "### T1" in text and "### T2" not in text
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "scripts" / "fidelity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_script_aggregates_what_finished_and_lists_the_arms(tmp_path, capsys):
+    fid = _script()
+    assert fid.main(["aggregate", "--out", str(tmp_path)]) == 1  # nothing finished yet
+    _t1(tmp_path, seeds=(0, 1))
+    assert fid.main(["aggregate", "--out", str(tmp_path)]) == 0
+    report = (tmp_path / "fidelity.md").read_text()
+    assert "## Claims" in report and "Not finished:" in report
+    assert (tmp_path / "study_T1_batches.png").stat().st_size > 1000 and (tmp_path / "study_frontier.png").exists()
+    assert fid.main(["arms"]) == 0
+    shown = capsys.readouterr().out
+    assert "awa_attempt" in shown and '"attempt_bonus": true' in shown
+
+
+def test_a_tier_folder_refuses_other_settings(tmp_path):
+    from awarl.resources import config_path
+
+    fid = _script()
+    recipe = config_path("demo_world.yaml")
+    fid._check_study(tmp_path, "T2", recipe)
+    fid._check_study(tmp_path, "T2", recipe)  # same settings: resumes
+    (tmp_path / "T3").mkdir()
+    (tmp_path / "T3" / "study.json").write_text((tmp_path / "T2" / "study.json").read_text())
+    with pytest.raises(SystemExit, match="another --out"):
+        fid._check_study(tmp_path, "T3", recipe)  # T3's base (world v1) is not T2's
+
+
+def test_plots_of_a_recorded_study(tmp_path):
+    _t1(tmp_path, seeds=(0,))
+    paths = plot(aggregate(load_runs(tmp_path)), tmp_path)
+    assert [p.name for p in paths] == ["study_T1_batches.png", "study_frontier.png"]
