@@ -37,17 +37,20 @@ SAMPLED = 2
 
 
 def _demo(out: Path, tier: str, seed: int, recipe: Path, terminal: Any):
+    """The base's demo, its paths relative to the base folder (run it inside that folder, as `run_demo` does:
+    the base's p_i and settings record paths relative to it)."""
     from awarl.demo import Demo, DemoPaths, DemoRecipe, Display
 
     loaded = DemoRecipe.load(recipe, seed=seed, overrides=base_overrides(TIERS[tier]))
-    return Demo(DemoPaths(base_folder(out, tier, seed)), loaded, Display(terminal, enabled=False), quick=False, seed=seed)
+    return Demo(DemoPaths(Path("."), shown=base_folder(out, tier, seed)), loaded, Display(terminal, enabled=False),
+                quick=False, seed=seed)
 
 
 def build_base(out: Path, tier: str, seed: int, recipe: Path) -> None:
     """The tier's base for one seed: world, SFT checkpoint and p_i (the demo up to p_i), resumable."""
     from awarl.demo import run_demo
 
-    run_demo(base_folder(out, tier, seed), seed=seed, recipe=recipe, until="p_i", progress=False,
+    run_demo(base_folder(out, tier, seed), seed=seed, recipe=Path(recipe).resolve(), until="p_i", progress=False,
              overrides=base_overrides(TIERS[tier]))
 
 
@@ -61,18 +64,20 @@ def base_mean_p(out: Path, tier: str, seed: int) -> float:
 def run_arm(out: Path, tier: str, arm: str, seed: int, recipe: Path) -> Path:
     """Train one arm from its tier's base, evaluate it greedy and sampled, write its result.json."""
     from awarl.demo.report import expected_refusal, outcome_rows, run_summary
-    from awarl.demo.run import prompts_per_batch
+    from awarl.demo.run import inside, prompts_per_batch
     from awarl.eval.run import EvalConfig, run_eval
     from awarl.train.callbacks import quiet_terminal
     from awarl.train.config import apply_override
 
     spec = TIERS[tier].arm(arm)
+    out = Path(out).resolve()
     folder = arm_folder(out, tier, arm, seed)
     folder.mkdir(parents=True, exist_ok=True)
     changes: dict[str, Any] = {}
     for key, value in arm_overrides(TIERS[tier], spec).items():
         apply_override(changes, f"{key}={json.dumps(value)}")
-    with quiet_terminal(folder / "run.log") as terminal:
+    recipe = Path(recipe).resolve()
+    with quiet_terminal(folder / "run.log") as terminal, inside(base_folder(out, tier, seed)):
         demo = _demo(out, tier, seed, recipe, terminal)
         demo.recipe.arms = {arm: changes}  # the study's arm replaces the demo's: the recipe's sections plus its changes
         config = demo.train_arm(arm, folder=folder / "grpo")
@@ -84,9 +89,9 @@ def run_arm(out: Path, tier: str, arm: str, seed: int, recipe: Path) -> Path:
                              name=f"{tier} {arm} seed {seed} sample {k}", rollout=demo.rollout, corpus=demo.paths.corpus,
                              temperature=1.0, seed=1000 * seed + k + 1, backend_options={"device": "cpu"})
             sampled.append(run_summary(run_eval(run, progress=False).metrics, outcome_rows(folder / f"eval-sampled{k}")))
+        rl = [json.loads(line) for line in demo.paths.records("rl").read_text(encoding="utf-8").splitlines() if line.strip()]
     batches = read_batches(folder / "grpo" / "metrics_log.jsonl")
     rows = outcome_rows(folder / "eval")
-    rl = [json.loads(line) for line in demo.paths.records("rl").read_text(encoding="utf-8").splitlines() if line.strip()]
     result = {"tier": tier, "arm": arm, "seed": seed, "steps": TIERS[tier].steps, "reward": spec.reward,
               "base": base_overrides(TIERS[tier]), "greedy": run_summary(greedy, rows), "sampled": sampled,
               "heldout_target": expected_refusal(rows, config.reward, late(batches, "value_correct"),
