@@ -223,6 +223,7 @@ class Run:
     seed: int
     result: dict[str, Any]
     batches: list[dict[str, float]] = field(default_factory=list)
+    folder: Path | None = None
 
     def late(self, key: str) -> float | None:
         return late(self.batches, key)
@@ -260,7 +261,7 @@ def load_runs(out: Path) -> list[Run]:
     for path in sorted(Path(out).glob("*/*/seed*/result.json")):
         result = json.loads(path.read_text(encoding="utf-8"))
         tier, arm, seed = path.parts[-4], path.parts[-3], int(path.parts[-2][len("seed"):])
-        runs.append(Run(tier, arm, seed, result, read_batches(path.parent / "grpo" / "metrics_log.jsonl")))
+        runs.append(Run(tier, arm, seed, result, read_batches(path.parent / "grpo" / "metrics_log.jsonl"), path.parent))
     return runs
 
 
@@ -314,3 +315,17 @@ def per_seed(table: dict[str, Any], tier: str, arm: str, path: str) -> dict[int,
         if isinstance(value, (int, float)):
             out[seed] = float(value)
     return out
+
+
+def question_level(a: Run, b: Run, samples: int = 1000) -> dict[str, dict[str, Any]] | None:
+    """``b − a`` on the same held-out questions (greedy ``eval/`` folders), by the paired bootstrap of
+    `awarl.eval.stats.paired_comparison`: precision, accuracy and RA-F1 with their standard errors.
+    None when either run has no evaluation folder."""
+    from awarl.eval.stats import paired_comparison, run_questions
+
+    folders = [r.folder / "eval" if r.folder else None for r in (a, b)]
+    if not all(f is not None and (f / "predictions.jsonl").exists() for f in folders):
+        return None
+    diffs = paired_comparison(run_questions(folders[0]), run_questions(folders[1]), samples=samples, seed=a.seed)
+    return {k: {"diff": round(d["diff"], 4), "stderr": round(d["stderr"], 4), "beyond_2se": d["beyond_2se"]}
+            for k, d in diffs.items() if k in ("precision", "accuracy", "ra_f1")}

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from awarl.eval.study import SEEDS, STUDY_REWARD, TIERS, max_window_after, per_seed, plateau_sd
+from awarl.eval.study import SEEDS, STUDY_REWARD, TIERS, max_window_after, per_seed, plateau_sd, question_level
 
 # The thresholds, as pre-registered (docs/fidelity.md); never tuned to a result.
 DRIFT = 0.9            # claim 1: static's late batch refusal at least this; T2: collapse
@@ -201,7 +201,12 @@ def claim_precision(table: dict[str, Any]) -> Claim:
                            _shift(_diff(g["ra_f1"], dm["ra_f1"]), -RA_F1_VS_DM)),
                  seed_test(f"awa_g0.2 - none precision >= +{PRECISION_VS_NONE}",
                            _shift(_diff(g["precision"], none), -PRECISION_VS_NONE))]
-        return tests, {"awa_g0.2": g, "data_manip": dm, "none precision": none}
+        runs = {a: table["T1"][a]["runs"] for a in ("awa_g0.2", "data_manip")}
+        questions = {s: question_level(runs["data_manip"][s], runs["awa_g0.2"][s]) for s in seeds}
+        numbers = {"awa_g0.2": g, "data_manip": dm, "none precision": none}
+        if any(q is not None for q in questions.values()):  # context: is each seed's difference beyond its noise?
+            numbers["awa_g0.2 - data_manip per seed, question-level paired bootstrap"] = questions
+        return tests, numbers
     return _claim("3", "precision at small cost: AWA γ 0.2 against data manipulation, paired: precision >= +0.08, "
                   "accuracy >= -0.04, RA-F1 >= +0.01; against none: precision >= +0.15", "T1", table,
                   ["awa_g0.2", "data_manip", "none"], build)

@@ -308,3 +308,27 @@ def test_plots_of_a_recorded_study(tmp_path):
     _t1(tmp_path, seeds=(0,))
     paths = plot(aggregate(load_runs(tmp_path)), tmp_path)
     assert [p.name for p in paths] == ["study_T1_batches.png", "study_frontier.png"]
+
+
+def _eval_folder(folder: Path, correct: int, abstained: int, n: int = 40) -> None:
+    """A greedy evaluation folder as `awarl eval run` leaves it: records, predictions, settings."""
+    from awarl.data.records import QARecord
+    from awarl.protocol import ABSTAIN_PHRASE
+
+    (folder / "eval").mkdir(parents=True, exist_ok=True)
+    records = [QARecord(f"q{i}", f"where {i}?", ["Ruvia"], "world", answerable=i >= 10) for i in range(n)]
+    answers = {r.id: "Ruvia" if i < correct + 10 and i >= 10 else ABSTAIN_PHRASE if i < abstained else "Morland"
+               for i, r in enumerate(records)}
+    (folder / "eval" / "records.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
+    (folder / "eval" / "predictions.jsonl").write_text(json.dumps(answers))
+    (folder / "eval" / "run.json").write_text(json.dumps({"rollout": {"metric": "em"}}))
+
+
+def test_claim_3_carries_the_question_level_paired_bootstrap_where_evaluations_exist(tmp_path):
+    _t1(tmp_path, seeds=(0,))
+    _eval_folder(arm_folder(tmp_path, "T1", "awa_g0.2", 0), correct=20, abstained=10)  # abstains on the 10 unanswerable
+    _eval_folder(arm_folder(tmp_path, "T1", "data_manip", 0), correct=20, abstained=0)  # guesses on them
+    claim = claims(aggregate(load_runs(tmp_path)))[2]
+    per_seed = claim.numbers["awa_g0.2 - data_manip per seed, question-level paired bootstrap"]
+    assert per_seed[0]["precision"]["diff"] == pytest.approx(20 / 30 - 20 / 40, abs=1e-4) and per_seed[0]["precision"]["beyond_2se"]
+    assert per_seed[0]["accuracy"] == {"diff": 0.0, "stderr": 0.0, "beyond_2se": False}  # the same 20 right answers
