@@ -18,22 +18,25 @@ def _fmt(ms: tuple[float | None, float | None]) -> str:
 
 
 def tier_table(tier: str, arms: dict[str, Any]) -> list[str]:
-    """Mean ± sd over seeds per arm: held-out greedy and sampled, the late batch terms, and compute."""
-    cols = ([("greedy", k) for k in HELD_OUT] + [("sampled", k) for k in ("precision", "accuracy", "refusal_rate")]
-            + [("late", k) for k in BATCH_COLUMNS] + [("", "plateau_sd"), ("", "heldout_target")])
-    head = [f"{mode} {key}".strip() for mode, key in cols] + ["training rollouts", "probe rollouts"]
-    lines = [f"### {tier}: {TIERS[tier].title}" if tier in TIERS else f"### {tier}", "",
-             "| arm | seeds | " + " | ".join(head) + " |", "|---" * (len(head) + 2) + "|"]
+    """Mean ± sd over seeds per arm, in two tables: held-out greedy and sampled; the late batch terms
+    (training target beside batch refusal) and compute (training and probe rollouts)."""
+    held = [("greedy", k) for k in HELD_OUT] + [("sampled", k) for k in ("precision", "accuracy", "refusal_rate")]
+    terms = [("late", k) for k in BATCH_COLUMNS] + [("", "plateau_sd"), ("", "heldout_target")]
     order = [a.name for a in TIERS[tier].arms if a.name in arms] if tier in TIERS else []
-    for arm in order + sorted(set(arms) - set(order)):
-        summaries = arms[arm]["per_seed"].values()
-        cells = []
-        for mode, key in cols:
-            cells.append(_fmt(mean_sd([(s[mode] if mode else s).get(key) for s in summaries])))
-        cells.append(f"{sum(s['training_rollouts'] for s in summaries)}")
-        cells.append(f"{sum(s['probe_rollouts'] for s in summaries)}")
-        lines.append(f"| {arm} | {','.join(map(str, arms[arm]['seeds']))} | " + " | ".join(cells) + " |")
-    return lines + [""]
+    names = order + sorted(set(arms) - set(order))
+    lines = [f"### {tier}: {TIERS[tier].title}" if tier in TIERS else f"### {tier}", ""]
+    for cols, extra in ((held, False), (terms, True)):
+        head = [f"{mode} {key}".strip() for mode, key in cols] + (
+            ["training rollouts per run", "probe rollouts per run"] if extra else [])
+        lines += ["| arm | seeds | " + " | ".join(head) + " |", "|---" * (len(head) + 2) + "|"]
+        for arm in names:
+            summaries = list(arms[arm]["per_seed"].values())
+            cells = [_fmt(mean_sd([(s[mode] if mode else s).get(key) for s in summaries])) for mode, key in cols]
+            if extra:
+                cells += [f"{mean_sd([s[k] for s in summaries])[0]:.0f}" for k in ("training_rollouts", "probe_rollouts")]
+            lines.append(f"| {arm} | {','.join(map(str, arms[arm]['seeds']))} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
 
 
 def claims_markdown(found: list[Claim]) -> list[str]:
@@ -47,15 +50,22 @@ def claims_markdown(found: list[Claim]) -> list[str]:
         if c.holds is None:
             continue
         lines += [f"**Claim {c.number}** — {c.verdict}. `{c.command}`", "",
-                  f"- numbers: `{json.dumps(c.numbers, default=_round)}`"]
+                  f"- numbers: `{json.dumps(_rounded(c.numbers))}`"]
         lines += [f"- margins of *{t.name}*: `{json.dumps(t.row()['margins'])}`" for t in c.tests if t.margins]
         lines += [f"- diagnostic: {d}" for d in c.diagnostics]
         lines.append("")
     return lines
 
 
-def _round(value: Any) -> Any:
-    return round(value, 4) if isinstance(value, float) else str(value)
+def _rounded(value: Any) -> Any:
+    """Floats to 4 places, inside any mapping or list (seed keys become strings, as JSON has them)."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {str(k): _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
 
 
 def markdown(table: dict[str, Any], found: list[Claim], oracle: list[Any] | None = None,

@@ -151,7 +151,7 @@ def test_aggregation_reports_terms_held_out_and_compute(tmp_path):
     assert s0["training_rollouts"] == 60 * 64 and s0["probe_rollouts"] == 512
     text = markdown(table, claims(table))
     assert "| awa_adaptive | 0,1 |" in text and "0.500 ± 0.141" in text  # late refusal mean ± sd over seeds
-    assert "768" in text  # probe rollouts reported beside the training rollouts
+    assert "| 3840 | 384 |" in text  # probe rollouts per run reported beside the training rollouts
 
 
 # -- the paired-seed rule ------------------------------------------------------------------------------------
