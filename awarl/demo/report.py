@@ -18,7 +18,8 @@ COLUMNS = {
     "over-refusal": "share of ANSWERABLE questions the agent abstained on (lower is better)",
     "acc. answerable": "correct / answerable questions",
     "expected refusal": "share of questions where refusing is the better bet under the AWA reward: "
-                        "R_base(p) = 1 - max(p, p_clip)^gamma > p (p = the SFT checkpoint's p_i)",
+                        "R_base(p) = 1 - max(p, p_clip)^gamma > the value of answering (p = the SFT checkpoint's p_i; "
+                        "the citation term as training paid it late in the run included)",
 }
 
 
@@ -116,13 +117,17 @@ REWARD_KEYS = ("kind", "gamma", "p_clip", "beta", "tau", "delta", "max_penalty",
 
 def arm_section(demo: Any, name: str, result: dict[str, Any], before_rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One arm's part of metrics.json: its reward, held-out numbers, training target and GRPO log."""
+    from awarl.eval.study import late
     from awarl.train.callbacks import read_metrics_log
 
     reward = demo.train_config(arm=name).reward
     rows = outcome_rows(demo.paths.eval / name)
     steps = read_metrics_log(demo.paths.arm(name) / "metrics_log.jsonl")
     return {"reward": {k: getattr(reward, k) for k in REWARD_KEYS if hasattr(reward, k)},
-            "after_rl": run_summary(result, rows), "expected_refusal": expected_refusal(before_rows, reward),
+            "after_rl": run_summary(result, rows),
+            # the training target's formula, with what training paid an answer late in the run (citation term included)
+            "expected_refusal": expected_refusal(before_rows, reward, late(steps, "awa/answer_value_correct"),
+                                                 late(steps, "awa/answer_value_wrong")),
             "refusal_by_p": refusal_by_p(rows), "grpo_steps": len(steps), "grpo_last": last_window(steps),
             "steps": steps}
 
