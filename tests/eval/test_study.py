@@ -332,3 +332,27 @@ def test_claim_3_carries_the_question_level_paired_bootstrap_where_evaluations_e
     per_seed = claim.numbers["awa_g0.2 - data_manip per seed, question-level paired bootstrap"]
     assert per_seed[0]["precision"]["diff"] == pytest.approx(20 / 30 - 20 / 40, abs=1e-4) and per_seed[0]["precision"]["beyond_2se"]
     assert per_seed[0]["accuracy"] == {"diff": 0.0, "stderr": 0.0, "beyond_2se": False}  # the same 20 right answers
+
+
+def test_run_builds_the_bases_first_and_skips_a_base_that_misses_its_precondition(tmp_path, monkeypatch, capsys):
+    """The scheduling of `scripts/fidelity.py run` (the jobs themselves train, so here they only record):
+    a tier's bases before its arms, finished arms skipped, a T2 base with mean p_i > 0.2 gets no arms."""
+    fid = _script()
+    calls = []
+
+    def job(args):
+        arm, seed = args[args.index("--arm") + 1], int(args[args.index("--seed") + 1])
+        calls.append((arm, seed))
+        if arm == "base":
+            study.base_folder(tmp_path, "T2", seed).mkdir(parents=True)
+        else:
+            record(tmp_path, "T2", arm, seed)
+        return 0
+
+    monkeypatch.setattr(fid, "_spawn", job)
+    monkeypatch.setattr(fid, "base_mean_p", lambda out, tier, seed: {0: 0.12, 1: 0.35}[seed])
+    record(tmp_path, "T2", "none", 0)  # already finished: skipped
+    assert fid.run(tmp_path, ["T2"], [0, 1], None, fid.RECIPE, jobs=2) == 0
+    assert sorted(calls[:2]) == [("base", 0), ("base", 1)]
+    assert sorted(calls[2:]) == [(a, 0) for a in sorted(("static_0.5", "awa_g0.5", "awa_adaptive", "awa_attempt"))]
+    assert "T2 seed 1: the base's mean p_i on answerable RL questions is 0.350 > 0.2" in capsys.readouterr().out
