@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from awarl.eval.study import SEEDS, STUDY_REWARD, TIERS, max_window_after, per_seed, plateau_sd, question_level
+from awarl.eval.study import SEEDS, STUDY_REWARD, max_window_after, per_seed, plateau_sd, question_level
 
 # The thresholds, as pre-registered (docs/fidelity.md); never tuned to a result.
 DRIFT = 0.9            # claim 1: static's late batch refusal at least this; T2: collapse
@@ -93,6 +93,7 @@ class Claim:
     numbers: dict[str, Any] = field(default_factory=dict)
     diagnostics: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    arms: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -100,9 +101,8 @@ class Claim:
 
     @property
     def command(self) -> str:
-        arms = sorted({a for t in self.tests for a in _arms_named(t.name)})
         return (f"OMP_NUM_THREADS=1 python scripts/fidelity.py run --tier {self.tier} --seeds "
-                f"{' '.join(map(str, SEEDS))}" + (f" --arms {' '.join(arms)}" if arms else ""))
+                f"{' '.join(map(str, SEEDS))} --arms {' '.join(self.arms)}")
 
     @property
     def verdict(self) -> str:
@@ -110,11 +110,6 @@ class Claim:
             return "not measured"
         word = "yes" if self.holds else "no"
         return word if self.complete else f"{word} (seeds {','.join(map(str, self.seeds))} only)"
-
-
-def _arms_named(text: str) -> list[str]:
-    names = {a.name for t in TIERS.values() for a in t.arms}
-    return [w.strip("(),:") for w in text.split() if w.strip("(),:") in names]
 
 
 def _paired(table: dict[str, Any], tier: str, arms: Sequence[str]) -> list[int]:
@@ -128,10 +123,10 @@ def _claim(number: str, text: str, tier: str, table: dict[str, Any], arms: Seque
     seeds = _paired(table, tier, arms)
     missing = [a for a in arms if not ((table.get(tier) or {}).get(a) or {}).get("seeds")]
     if not seeds:
-        return Claim(number, text, tier, None, missing=missing or list(arms))
+        return Claim(number, text, tier, None, missing=missing or list(arms), arms=list(arms))
     tests, numbers = build(seeds)
     holds = all(t.holds for t in tests)
-    claim = Claim(number, text, tier, holds, tests, seeds, numbers, missing=missing)
+    claim = Claim(number, text, tier, holds, tests, seeds, numbers, missing=missing, arms=list(arms))
     if not holds:
         claim.diagnostics = [diagnose(table, tier, arm, s) for arm in arms for s in seeds]
     return claim
