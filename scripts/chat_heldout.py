@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                   "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores"}
     print(f"agent {demo.settings.generator}; world v{cfg.version} ({cfg.persons} persons, seed {cfg.seed}) from "
           f"{demo.world_json}; split {args.split}: {len(questions)} questions")
-    print(f"search noise: off when serving (the agent's rollout settings name {demo.noise or 'none'}; the chat server "
-          "drops it)\n")
+    print("search noise: off when serving " + (f"(the agent's rollout settings name {demo.noise}; the chat server serves "
+                                              "without it)\n" if demo.noise else "(the agent's rollout settings name none)\n"))
     print(table.markdown())
     misses = table.misses()
     print("\n" + ("\n".join(f"MISSED: {m}" for m in misses) if misses else "every hard safety bound holds")

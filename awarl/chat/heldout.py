@@ -93,10 +93,10 @@ def load_demo(demo: str | Path, *, db_dir: str | Path, agent: str | Path | None 
     if not settings.generator:
         raise ConfigError(f"{settings.mode_note} (the held-out table needs an agent: pass --agent PATH)")
     world_json = Path(demo) / m["world"] / "world.json"
-    return Demo(settings, load_world(world_json), world_json, _named_noise(settings))
+    return Demo(settings, load_world(world_json), world_json, named_noise(settings))
 
 
-def _named_noise(settings: ChatSettings) -> str | None:
+def named_noise(settings: ChatSettings) -> str | None:
     """The ``world_noise`` the served agent's rollout settings name (saved with it, else the demo's);
     `awarl.chat.generate.rollout_of` serves without it."""
     from awarl.agent.settings import load_rollout
@@ -254,6 +254,8 @@ class Row:
     asked: int = 0
     answered: int = 0
     wrong_valid: int = 0
+    wrong_unvalidated: int = 0
+    abstained: int = 0
     safe_unanswerable: int = 0
     right_to_wrong: int = 0
     valid_citations: int = 0
@@ -268,6 +270,8 @@ class Row:
         self.asked += o.asked
         self.answered += o.answered
         self.wrong_valid += o.valid and not o.served_right
+        self.wrong_unvalidated += o.served_wrong and not o.valid
+        self.abstained += o.served_abstained
         self.safe_unanswerable += not o.answerable and (o.served_abstained or not o.valid)
         self.right_to_wrong += o.first_right and o.served_wrong
         self.valid_citations += o.valid_from == "citations"
@@ -334,6 +338,8 @@ _LINES: list[tuple[str, Callable[[Row], str]]] = [
     ("answerable served right and VALID", lambda r: _share(r.right_valid, r.questions) if r.answerable else "—"),
     ("clarifying questions asked / answered by the user", lambda r: f"{r.asked} / {r.answered}"),
     ("**wrong answers served VALID** (bound 0)", lambda r: str(r.wrong_valid)),
+    ("wrong answers served under a non-VALID badge", lambda r: str(r.wrong_unvalidated)),
+    ("abstentions served", lambda r: str(r.abstained)),
     ("**unanswerable served abstained or non-VALID** (bound: all)",
      lambda r: _share(r.safe_unanswerable, r.questions) if not r.answerable else "—"),
     ("**right first answer replaced by a wrong one** (bound 0)", lambda r: str(r.right_to_wrong)),

@@ -72,10 +72,11 @@ def test_a_scripted_agent_through_the_api_namesakes_asked_and_answered(world_v2,
     # a namesake whose words match an earlier question got that person's answer: never served VALID
     assert namesakes.right_first < namesakes.questions
     assert all(not o.valid for o in outcomes if o.group == GROUPS[1] and not o.first_right)
+    assert namesakes.wrong_unvalidated == namesakes.questions - namesakes.right_first
     for r in rows.values():
         assert r.wrong_valid == r.right_to_wrong == r.errors == 0
     assert rows[GROUPS[2]].safe_unanswerable == rows[GROUPS[2]].questions == rows[GROUPS[2]].right_first
-    assert rows[GROUPS[3]].safe_unanswerable == rows[GROUPS[3]].questions
+    assert rows[GROUPS[3]].safe_unanswerable == rows[GROUPS[3]].questions == rows[GROUPS[3]].abstained
     assert table.misses() == []
     md = table.markdown()
     assert md.splitlines()[0] == "| | " + " | ".join(GROUPS) + " |"
@@ -141,3 +142,11 @@ def test_the_script_on_the_tiny_world_agent_holds_the_hard_bounds(tmp_path, test
             assert r["safe_unanswerable"] == r["questions"]
     assert script.main(["--demo", str(tmp_path / "nowhere")]) == 2
     assert "demo.json: not found" in capsys.readouterr().err
+
+
+def test_the_noise_the_served_settings_name_is_reported(world_v2):
+    from awarl.chat.heldout import named_noise
+
+    _, files = world_v2
+    settings = ChatSettings(policy=str(files["policy"]), rollout={"world_noise": str(files["noise"])})
+    assert named_noise(settings) == str(files["noise"])  # reported; `rollout_of` serves without it
