@@ -210,13 +210,16 @@ def default_settings(demo: str | Path = DEMO_DIR, **overrides: Any) -> ChatSetti
                 if agent else
                 f"Validate-only mode: {manifest} names no trained agent yet. Run `awarl demo --out {demo}` to train "
                 "one; meanwhile POST /api/chat with an `answer` to check it.")
+        generator = overrides.pop("generator", f"hf:{agent}" if agent else None)  # --generator serves another agent
+        if generator and generator != f"hf:{agent}":
+            note = f"Serving {generator} over {rel('corpus')}, checked against the world's policy."
         # The world agent is a tiny model trained on bare questions: feedback text appended to the question
         # derails it into broken tool calls, so it is resampled on the bare question (docs/chat.md).
         overrides.setdefault("resample_feedback", False)
         # A generation batch holds at most one request per worker: enough workers for the batches to fill.
         overrides.setdefault("workers", 32)
         return ChatSettings(policy=rel("policy") or "", policy_name="world", corpus=rel("corpus"),
-                            generator=f"hf:{agent}" if agent else None,
+                            generator=generator,
                             rollout=RolloutSettings.from_dict(m["rollout"], f"{manifest}: rollout") if m.get("rollout") else None,
                             mode_note=note, **overrides)
     world = _cached_world()

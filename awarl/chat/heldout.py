@@ -82,8 +82,11 @@ def load_demo(demo: str | Path, *, db_dir: str | Path, agent: str | Path | None 
     manifest = Path(demo) / "demo.json"
     if not manifest.exists():
         raise ConfigError(f"{manifest}: not found; build the demo with `awarl demo --out {demo}`")
-    m = json.loads(manifest.read_text(encoding="utf-8"))
-    if not m.get("world"):
+    try:
+        m = json.loads(manifest.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(manifest, "", f"not valid JSON ({exc})") from None
+    if not isinstance(m, dict) or not m.get("world"):
         raise ConfigError(f"{manifest}, key 'world': missing (the world folder)")
     db = Path(db_dir)
     overrides: dict[str, Any] = {"db": str(db / "chat.sqlite"), "audit": str(db / "audit.jsonl"), "workers": workers}

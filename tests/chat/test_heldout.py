@@ -150,3 +150,23 @@ def test_the_noise_the_served_settings_name_is_reported(world_v2):
     _, files = world_v2
     settings = ChatSettings(policy=str(files["policy"]), rollout={"world_noise": str(files["noise"])})
     assert named_noise(settings) == str(files["noise"])  # reported; `rollout_of` serves without it
+
+
+def test_a_demo_without_an_agent_needs_one_and_agent_serves_another(world_v2, tmp_path):
+    from awarl.chat.heldout import load_demo
+    from awarl.errors import ConfigError
+
+    _, files = world_v2
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    world = files["world"].parent
+    (demo / "demo.json").write_text(json.dumps({"version": 1, "world": str(world), "corpus": str(files["corpus"]),
+                                                "policy": str(files["policy"]), "agent": None}))
+    with pytest.raises(ConfigError, match="names no trained agent.*pass --agent PATH"):
+        load_demo(demo, db_dir=tmp_path)
+    loaded = load_demo(demo, db_dir=tmp_path, agent=tmp_path / "ckpt")
+    assert loaded.settings.generator == f"hf:{tmp_path / 'ckpt'}" and loaded.settings.db == str(tmp_path / "chat.sqlite")
+    assert loaded.settings.mode_note.startswith(f"Serving hf:{tmp_path / 'ckpt'} over ") and loaded.world.config.version == 2
+    (demo / "demo.json").write_text("{not json")
+    with pytest.raises(DataError, match="demo.json: not valid JSON"):
+        load_demo(demo, db_dir=tmp_path)
