@@ -204,7 +204,11 @@ def test_set_overrides_apply_after_quick_and_reach_the_world(tmp_path):
 
 @pytest.mark.parametrize("warm_start, message", [({"abstain_share": 1.5}, "abstain_share must be a number"),
                                                   ({"abstain_share": True}, "abstain_share must be a number"),
-                                                  ({"abstain": 0.3}, "unknown key")])
+                                                  ({"abstain": 0.3}, "unknown key"),
+                                                  ({"renamed_copies": -1}, "renamed_copies must be a whole number"),
+                                                  ({"renamed_copies": 2.5}, "renamed_copies must be a whole number"),
+                                                  ({"originals": False}, "originals: false needs"),
+                                                  ({"renamed_copies": 2, "originals": "no"}, "originals must be true")])
 def test_bad_warm_start_names_the_key(tmp_path, warm_start, message):
     from awarl.demo import DemoError
 

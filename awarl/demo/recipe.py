@@ -39,6 +39,8 @@ class DemoRecipe:
     changes (at least ``reward: {kind: …}``). The first arm is the chatbot's agent."""
     renamed_copies: int = 0
     """warm_start.renamed_copies: renamed copies of each SFT conversation (world v2; `awarl.train.tiny.world_trajectories`)."""
+    originals: bool = True
+    """warm_start.originals: whether the real SFT conversations are trained on beside their renamed copies."""
 
     @classmethod
     def load(cls, path: str | Path, *, quick: bool = False, seed: int = 0,
@@ -70,7 +72,7 @@ class DemoRecipe:
         floors = dict(floors.get("quick" if quick else "full") or {})
         return cls(world, _abstain_share(raw.get("warm_start") or {}, path), dict(raw.get("shape") or {}),
                    int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path),
-                   _renamed_copies(raw.get("warm_start") or {}, world, path))
+                   *_warm_copies(raw.get("warm_start") or {}, world, path))
 
     def arm_train(self, name: str) -> dict[str, Any]:
         """The training sections of arm ``name``: the shared ones with the arm's on top."""
@@ -107,7 +109,7 @@ def _arms(raw: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
     return {str(k): copy.deepcopy(v) for k, v in arms.items()}
 
 
-WARM_START_KEYS = ("abstain_share", "renamed_copies")
+WARM_START_KEYS = ("abstain_share", "renamed_copies", "originals")
 
 
 def _abstain_share(warm: Any, path: Path) -> float:
@@ -129,6 +131,20 @@ def _renamed_copies(warm: Any, world: dict[str, Any], path: Path) -> int:
     return copies
 
 
+def _warm_copies(warm: Any, world: dict[str, Any], path: Path) -> tuple[int, bool]:
+    copies = _renamed_copies(warm, world, path)
+    return copies, _originals(warm, copies, path)
+
+
+def _originals(warm: Any, copies: int, path: Path) -> bool:
+    originals = warm.get("originals", True) if isinstance(warm, dict) else True
+    if not isinstance(originals, bool):
+        raise DemoError(f"{path}: warm_start.originals must be true or false, got {originals!r}")
+    if not originals and not copies:
+        raise DemoError(f"{path}: warm_start.originals: false needs warm_start.renamed_copies >= 1")
+    return originals
+
+
 def settings(recipe: DemoRecipe) -> dict[str, Any]:
     """What a demo folder's stages were made with, flattened to dotted keys (floors only grade
     the report, so they may change between runs)."""
@@ -140,7 +156,8 @@ def settings(recipe: DemoRecipe) -> dict[str, Any]:
             out[prefix] = value
         return out
 
-    warm = {"abstain_share": recipe.abstain_share, "renamed_copies": recipe.renamed_copies}
+    warm = {"abstain_share": recipe.abstain_share, "renamed_copies": recipe.renamed_copies,
+            "originals": recipe.originals}
     raw = {"world": recipe.world, "warm_start": warm, "shape": recipe.shape,
            "capability": {"k": recipe.k}, "arms": recipe.arms, **recipe.train}
     return json.loads(json.dumps(flat("", raw, {}), default=str))

@@ -235,7 +235,8 @@ def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE
 
 def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),
                        system_prompt: str | None = None, first: str = "relation",
-                       abstain_share: float = 1.0, renamed_copies: int = 0) -> list[dict]:
+                       abstain_share: float = 1.0, renamed_copies: int = 0,
+                       originals: bool = True) -> list[dict]:
     """Gold conversations of the world's questions, searched with the real tool (``env_factory``
     builds the same `SearchEnv` the rollouts use, so SFT shows exactly what GRPO will see), as
     ``{"record_id", "messages"}`` rows that ``awarl train sft`` reads with ``sft.source: trajectories``.
@@ -248,13 +249,17 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
 
     ``renamed_copies`` (world v2): that many copies of each conversation follow it with its persons
     and cities renamed (`awarl.data.world_v2.renamed_conversation`, seeded by the question id), so
-    no person's city can be learned by heart and the warm start must learn to read the results."""
+    no person's city can be learned by heart and the warm start must learn to read the results;
+    ``originals=False`` leaves the real conversations out (with them in, the tiny model still learns
+    their persons' cities by heart before it learns to read)."""
     import random
 
     from awarl.data.world import gold_conversation, record_id
 
     if not 0.0 <= abstain_share <= 1.0:
         raise ValueError(f"abstain_share must be in [0, 1], got {abstain_share}")
+    if not originals and not renamed_copies:
+        raise ValueError("originals=False needs renamed_copies >= 1 (there would be no conversations)")
     if renamed_copies < 0 or renamed_copies and world.config.version < 2:
         raise ValueError(f"renamed_copies must be >= 0 and needs a world v2, got {renamed_copies} "
                          f"(world version {world.config.version})")
@@ -265,7 +270,8 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
             env.reset(id=record_id(q), question=q.question, passages=[])
             guess = not q.answerable and random.Random(q.id).random() >= abstain_share
             messages = gold_conversation(world, q, env.search, system_prompt, first=first, guess=guess)
-            rows.append({"record_id": record_id(q), "messages": messages})
+            if originals:
+                rows.append({"record_id": record_id(q), "messages": messages})
             if renamed_copies:
                 from awarl.data.world_v2 import renamed_conversation
 

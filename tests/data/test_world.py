@@ -419,6 +419,10 @@ def test_v2_renamed_copies_rename_persons_and_cities_and_keep_the_reading(world2
     messages = gold_conversation(world2, q, env.search)
     assert renamed_conversation(world2, messages, random.Random(1)) == renamed_conversation(world2, messages,
                                                                                              random.Random(1))
+    only = world_trajectories(world2, make_env, ("sft",), renamed_copies=1, originals=False)
+    assert len(only) == n and [r["messages"] for r in only] == [r["messages"] for r in rows[1::3]]
+    with pytest.raises(ValueError, match="originals=False needs renamed_copies"):
+        world_trajectories(world2, make_env, ("sft",), originals=False)
     with pytest.raises(ValueError, match="needs a world v2"):
         world_trajectories(generate_world(WorldConfig(persons=30)), make_env, ("sft",), renamed_copies=1)
 
