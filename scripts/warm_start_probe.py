@@ -1,0 +1,111 @@
+"""Does a warm start read its search results, or remember its SFT facts? A probe of SFT checkpoints.
+
+    python scripts/warm_start_probe.py --demo runs/demo runs/demo/sft/checkpoint-300 runs/demo/sft/final
+    python scripts/warm_start_probe.py --demo runs/demo --n 80 --peek 3 runs/demo/sft/final
+
+For each checkpoint, teacher-forced on the gold conversations of SFT and held-out questions of the
+demo's world (searched with the real tool, as SFT saw them), the share of positions where the
+checkpoint's most likely next token is the gold one, at the two tokens that need reading:
+
+- ``city``: the city written into the second query ("country <city>"), which only the first search
+  result names. A checkpoint that learned the SFT persons' cities by heart scores high on SFT and
+  0 on held-out; one that reads scores alike on both (below 1 where namesakes make the gold city
+  one of several the result shows);
+- ``answer``: the first token of the final answer (the country the second result states, or the
+  abstain phrase).
+
+Seconds per checkpoint on a CPU, where a greedy evaluation of the same questions takes minutes.
+``--peek N`` prints the context and the top-5 next tokens at N held-out city positions: the same
+five everywhere means the checkpoint ignores the result and writes its prior.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def key_positions(tokenizer, ids: list[int]) -> dict[str, list[int]]:
+    """Positions of the token after ``"country`` in a tool call's query and after ``<answer>``."""
+    pieces = [tokenizer.convert_tokens_to_string([t]) for t in tokenizer.convert_ids_to_tokens(ids)]
+    out: dict[str, list[int]] = {"city": [], "answer": []}
+    for i in range(1, len(pieces) - 1):
+        if pieces[i].strip() == "country" and pieces[i - 1].endswith('"'):
+            out["city"].append(i + 1)
+        elif pieces[i] == "<answer>":
+            out["answer"].append(i + 1)
+    return out
+
+
+def conversations(demo: Path, n: int) -> dict[str, list[list[dict]]]:
+    """The first ``n`` gold conversations of the SFT and held-out splits of the demo's world."""
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.settings import RolloutSettings
+    from awarl.data.world import WorldConfig, generate_world
+    from awarl.search.bm25 import BM25Index
+    from awarl.train.tiny import world_trajectories
+
+    world = generate_world(WorldConfig.from_dict(json.loads((demo / "world" / "world.json").read_text())["config"],
+                                                 f"{demo}/world/world.json"))
+    rollout = json.loads((demo / "sft" / "rollout.json").read_text(encoding="utf-8"))
+    if rollout.get("world_noise") and not Path(rollout["world_noise"]).is_absolute():
+        rollout["world_noise"] = str(demo / rollout["world_noise"])
+    settings = RolloutSettings.from_dict(rollout, f"{demo}/sft/rollout.json")
+    env = search_env_factory(BM25Index.build(world.passages), settings)
+    return {split: [row["messages"] for row in world_trajectories(world, env, (split,), settings.system_prompt)[:n]]
+            for split in ("sft", "eval")}
+
+
+def probe(checkpoint: Path, data: dict[str, list[list[dict]]], peek: int = 0) -> dict[str, dict[str, float]]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from awarl.agent.env import tool_schema
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
+    out = {}
+    for split, convs in data.items():
+        hits = {"city": [0, 0], "answer": [0, 0]}
+        for messages in convs:
+            ids = tokenizer(tokenizer.apply_chat_template(messages, tools=[tool_schema()], tokenize=False))["input_ids"]
+            with torch.no_grad():
+                logits = model(torch.tensor([ids])).logits[0]
+            for key, positions in key_positions(tokenizer, ids).items():
+                for p in positions:
+                    hits[key][0] += int(logits[p - 1].argmax().item() == ids[p])
+                    hits[key][1] += 1
+                    if key == "city" and split == "eval" and peek > 0:
+                        peek -= 1
+                        top = logits[p - 1].softmax(-1).topk(5)
+                        print("  context:", tokenizer.decode(ids[max(0, p - 48):p]).replace("\n", " | ")[-240:])
+                        print("  gold:", tokenizer.decode([ids[p]]), "| top 5:", ", ".join(
+                            f"{tokenizer.decode([i])} {v:.3f}" for v, i in zip(top.values.tolist(), top.indices.tolist())))
+        out[split] = {key: a / b if b else float("nan") for key, (a, b) in hits.items()}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--demo", type=Path, required=True, help="demo folder (its world, and sft/rollout.json)")
+    parser.add_argument("--n", type=int, default=150, help="gold conversations per split")
+    parser.add_argument("--peek", type=int, default=0, help="print the top-5 tokens at this many held-out cities")
+    parser.add_argument("checkpoints", type=Path, nargs="+", help="SFT checkpoints (folders with config.json)")
+    args = parser.parse_args(argv)
+    for path in [args.demo / "world" / "world.json", args.demo / "sft" / "rollout.json"]:
+        if not path.is_file():
+            print(f"error: {path}: not found (run `awarl demo --until sft --out {args.demo}` first)", file=sys.stderr)
+            return 2
+    data = conversations(args.demo, args.n)
+    print("| checkpoint | city (SFT) | city (held-out) | answer (SFT) | answer (held-out) |\n|---|---|---|---|---|")
+    for checkpoint in args.checkpoints:
+        got = probe(checkpoint, data, args.peek)
+        print(f"| {checkpoint.name} | {got['sft']['city']:.2f} | {got['eval']['city']:.2f} | "
+              f"{got['sft']['answer']:.2f} | {got['eval']['answer']:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

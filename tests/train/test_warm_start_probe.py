@@ -1,0 +1,48 @@
+"""scripts/warm_start_probe.py on the tests' warm-started world agent: the two reading positions are
+found in every gold conversation and the table's shares are measured, not assumed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("warm_start_probe", ROOT / "scripts" / "warm_start_probe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_probe_reads_both_positions_of_the_test_world(tmp_path, test_world, tiny_world_sft_model_dir, capsys):
+    from awarl.data.world import write_world
+
+    script = _script()
+    demo = tmp_path / "demo"
+    write_world(test_world, demo / "world")
+    (demo / "sft").mkdir()
+    (demo / "sft" / "rollout.json").write_text(json.dumps({"scope": "global", "topk": 3, "passage_words": 20,
+                                                            "max_searches": 2, "max_completion_tokens": 320}))
+    data = script.conversations(demo, 8)
+    assert [len(data[s]) for s in ("sft", "eval")] == [8, 8]
+    from transformers import AutoTokenizer
+
+    from awarl.agent.env import tool_schema
+
+    tok = AutoTokenizer.from_pretrained(tiny_world_sft_model_dir)
+    for messages in data["eval"]:
+        ids = tok(tok.apply_chat_template(messages, tools=[tool_schema()], tokenize=False))["input_ids"]
+        found = script.key_positions(tok, ids)
+        assert len(found["answer"]) == 1 and len(found["city"]) == sum(
+            '"country ' in json.dumps(m.get("tool_calls")) for m in messages)
+        for p in found["city"]:  # the token right after the query's "country" is a city the first result named
+            assert tok.decode([ids[p]]).strip() in messages[3]["content"]
+    assert script.main(["--demo", str(demo), "--n", "8", str(tiny_world_sft_model_dir)]) == 0
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    shares = [float(x) for x in re.findall(r"\| (\d\.\d\d)", row)]
+    assert len(shares) == 4 and all(0.0 <= x <= 1.0 for x in shares)
+    assert script.main(["--demo", str(tmp_path / "nowhere"), str(tiny_world_sft_model_dir)]) == 2
