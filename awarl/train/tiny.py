@@ -36,6 +36,10 @@ class TinyShape:
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     max_position_embeddings: int = 4096
+    entity_prior: float = 0.0
+    """World models: each entity class (cities, countries, person names) shares one random direction of
+    this size (relative to the embeddings' spread) in its tokens' initial embeddings, so attending to
+    "a city in the result" is one direction to learn rather than one per city (0: off)."""
 
 
 def protocol_texts() -> list[str]:
@@ -58,7 +62,8 @@ def protocol_texts() -> list[str]:
 
 
 def build_tiny_model(out_dir: str | Path, texts: Iterable[str], shape: TinyShape = TinyShape(), seed: int = 0,
-                     *, system_prompts: Sequence[str | None] = (None,), whole_tokens: Sequence[str] = ()) -> Path:
+                     *, system_prompts: Sequence[str | None] = (None,), whole_tokens: Sequence[str] = (),
+                     entity_classes: Sequence[Sequence[str]] = ()) -> Path:
     """Train a tokenizer on ``texts`` (plus the protocol's own strings), build a random tiny Qwen2
     model sized to it, and save both (with TRL's qwen2_5 chat template) to ``out_dir``.
 
@@ -124,6 +129,8 @@ def build_tiny_model(out_dir: str | Path, texts: Iterable[str], shape: TinyShape
         pad_token_id=hf_tok.pad_token_id,
     )
     model = AutoModelForCausalLM.from_config(config)
+    if shape.entity_prior and entity_classes:
+        _entity_prior(model, hf_tok, entity_classes, shape.entity_prior)
     model.generation_config.eos_token_id = [eos_id, hf_tok.pad_token_id]
     model.generation_config.pad_token_id = hf_tok.pad_token_id
     out = Path(out_dir)
@@ -131,6 +138,26 @@ def build_tiny_model(out_dir: str | Path, texts: Iterable[str], shape: TinyShape
     model.save_pretrained(out)
     hf_tok.save_pretrained(out)
     return out
+
+
+def _entity_prior(model: Any, tokenizer: Any, classes: Sequence[Sequence[str]], scale: float) -> None:
+    """Add one shared random direction per class to the input embeddings of its words' single tokens
+    (with and without a leading space); ``scale`` times the embeddings' standard deviation per unit."""
+    import torch
+
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        std = float(emb.std())
+        for words in classes:
+            ids = set()
+            for word in words:
+                for form in (word, f" {word}"):
+                    tokens = tokenizer(form, add_special_tokens=False)["input_ids"]
+                    if len(tokens) == 1:
+                        ids.add(tokens[0])
+            if ids:
+                direction = torch.randn(emb.shape[1]) * std * scale
+                emb[sorted(ids)] += direction
 
 
 def _fixed_prompt_texts(tokenizer: Any, system_prompts: Sequence[str | None]) -> list[str]:
@@ -229,8 +256,10 @@ def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE
     from awarl.data.world import world_texts
 
     ids = [f"[{p.id}]" for p in world.passages]
+    classes = [[place for place, level in world.levels.items() if level == kind] for kind in ("city", "country")]
+    classes.append(sorted({part for p in world.persons for part in p.name.split()}))
     return build_tiny_model(out_dir, world_texts(world, system_prompt), shape, seed, system_prompts=[system_prompt],
-                            whole_tokens=ids)
+                            whole_tokens=ids, entity_classes=classes)
 
 
 def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),

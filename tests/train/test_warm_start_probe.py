@@ -46,3 +46,28 @@ def test_probe_reads_both_positions_of_the_test_world(tmp_path, test_world, tiny
     shares = [float(x) for x in re.findall(r"\| (\d\.\d\d)", row)]
     assert len(shares) == 4 and all(0.0 <= x <= 1.0 for x in shares)
     assert script.main(["--demo", str(tmp_path / "nowhere"), str(tiny_world_sft_model_dir)]) == 2
+
+
+def test_entity_prior_gives_each_class_one_shared_direction(tmp_path):
+    import dataclasses
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from awarl.data.world import WorldConfig, generate_world
+    from awarl.train.tiny import WORLD_SHAPE, build_world_model
+
+    world = generate_world(WorldConfig(version=2, persons=40, seed=0))
+    cities = [c for c, level in world.levels.items() if level == "city"]
+
+    def city_cosine(prior: float) -> float:
+        folder = build_world_model(tmp_path / str(prior), world, dataclasses.replace(WORLD_SHAPE, entity_prior=prior))
+        emb = AutoModelForCausalLM.from_pretrained(folder).get_input_embeddings().weight
+        tok = AutoTokenizer.from_pretrained(folder)
+        ids = [tok(f" {c}", add_special_tokens=False)["input_ids"] for c in cities]
+        assert all(len(i) == 1 for i in ids)  # every city is one token
+        v = emb.detach()[[i[0] for i in ids]]
+        cos = torch.nn.functional.cosine_similarity(v[:, None], v[None], dim=-1)
+        return float((cos.sum() - len(ids)) / (len(ids) * (len(ids) - 1)))
+
+    assert abs(city_cosine(0.0)) < 0.05 and city_cosine(1.0) > 0.4
