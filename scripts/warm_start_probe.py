@@ -12,7 +12,9 @@ checkpoint's most likely next token is the gold one, at the two tokens that need
   0 on held-out; one that reads scores alike on both (below 1 where namesakes make the gold city
   one of several the result shows);
 - ``answer``: the first token of the final answer (the country the second result states, or the
-  abstain phrase).
+  abstain phrase);
+- ``cite``: the first cited passage id after the answer (the person's passage, which only the first
+  result shows; abstentions cite nothing).
 
 Seconds per checkpoint on a CPU, where a greedy evaluation of the same questions takes minutes.
 ``--peek N`` prints the context and the top-5 next tokens at N held-out city positions: the same
@@ -28,14 +30,17 @@ from pathlib import Path
 
 
 def key_positions(tokenizer, ids: list[int]) -> dict[str, list[int]]:
-    """Positions of the token after ``"country`` in a tool call's query and after ``<answer>``."""
+    """Positions of the token after ``"country`` in a tool call's query, after ``<answer>``, and of
+    the first passage id after ``</answer>``."""
     pieces = [tokenizer.convert_tokens_to_string([t]) for t in tokenizer.convert_ids_to_tokens(ids)]
-    out: dict[str, list[int]] = {"city": [], "answer": []}
+    out: dict[str, list[int]] = {"city": [], "answer": [], "cite": []}
     for i in range(1, len(pieces) - 1):
         if pieces[i].strip() == "country" and pieces[i - 1].endswith('"'):
             out["city"].append(i + 1)
         elif pieces[i] == "<answer>":
             out["answer"].append(i + 1)
+        elif pieces[i - 1] == "</answer>" and pieces[i].strip() == "" and pieces[i + 1].startswith("["):
+            out["cite"].append(i + 1)
     return out
 
 
@@ -68,7 +73,7 @@ def probe(checkpoint: Path, data: dict[str, list[list[dict]]], peek: int = 0) ->
     model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     out = {}
     for split, convs in data.items():
-        hits = {"city": [0, 0], "answer": [0, 0]}
+        hits = {"city": [0, 0], "answer": [0, 0], "cite": [0, 0]}
         for messages in convs:
             ids = tokenizer(tokenizer.apply_chat_template(messages, tools=[tool_schema()], tokenize=False))["input_ids"]
             with torch.no_grad():
@@ -99,11 +104,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {path}: not found (run `awarl demo --until sft --out {args.demo}` first)", file=sys.stderr)
             return 2
     data = conversations(args.demo, args.n)
-    print("| checkpoint | city (SFT) | city (held-out) | answer (SFT) | answer (held-out) |\n|---|---|---|---|---|")
+    keys = ("city", "answer", "cite")
+    print("| checkpoint | " + " | ".join(f"{k} (SFT) | {k} (held-out)" for k in keys) + " |\n|---|" + "---|" * 6)
     for checkpoint in args.checkpoints:
         got = probe(checkpoint, data, args.peek)
-        print(f"| {checkpoint.name} | {got['sft']['city']:.2f} | {got['eval']['city']:.2f} | "
-              f"{got['sft']['answer']:.2f} | {got['eval']['answer']:.2f} |", flush=True)
+        print(f"| {checkpoint.name} | " + " | ".join(f"{got['sft'][k]:.2f} | {got['eval'][k]:.2f}" for k in keys) + " |",
+              flush=True)
     return 0
 
 

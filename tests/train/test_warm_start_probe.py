@@ -37,6 +37,7 @@ def test_probe_reads_both_positions_of_the_test_world(tmp_path, test_world, tiny
     for messages in data["eval"]:
         ids = tok(tok.apply_chat_template(messages, tools=[tool_schema()], tokenize=False))["input_ids"]
         found = script.key_positions(tok, ids)
+        assert len(found["cite"]) == ("[" in messages[-1]["content"])
         assert len(found["answer"]) == 1 and len(found["city"]) == sum(
             '"country ' in json.dumps(m.get("tool_calls")) for m in messages)
         for p in found["city"]:  # the token right after the query's "country" is a city the first result named
@@ -44,7 +45,7 @@ def test_probe_reads_both_positions_of_the_test_world(tmp_path, test_world, tiny
     assert script.main(["--demo", str(demo), "--n", "8", str(tiny_world_sft_model_dir)]) == 0
     row = capsys.readouterr().out.strip().splitlines()[-1]
     shares = [float(x) for x in re.findall(r"\| (\d\.\d\d)", row)]
-    assert len(shares) == 4 and all(0.0 <= x <= 1.0 for x in shares)
+    assert len(shares) == 6 and all(0.0 <= x <= 1.0 for x in shares)
     assert script.main(["--demo", str(tmp_path / "nowhere"), str(tiny_world_sft_model_dir)]) == 2
 
 
