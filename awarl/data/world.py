@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,48 @@ def gold_conversation(world: World, q: Question, search: Callable[[str], str], s
                  else format_final(ABSTAIN_PHRASE))
     messages.append({"role": "assistant", "content": final})
     return messages
+
+
+def renamed_conversation(world: World, messages: list[dict], rng: random.Random) -> list[dict]:
+    """``messages`` (a gold conversation of ``world``) with every person and city it names renamed
+    consistently to others of the world's, drawn by ``rng``: the same tool calls, results, citations
+    and reasoning about facts that are not the world's, so they can only be followed by reading.
+    The SFT stage mixes such copies in (``warm_start.renamed_copies``): a tiny model that sees the
+    real conversations alone learns the SFT persons' cities by heart long before it learns to copy
+    them from the search result, and then fails every held-out question. Countries are kept (they
+    are shared by every split, so they teach nothing about a split), and so is a near-miss variant
+    city and the city it varies, which must stay one letter apart."""
+    names, cities = _rename_pools(world)
+    text = "\n".join(str(m.get("content") or "") + " " + " ".join(str(c) for c in m.get("tool_calls") or [])
+                     for m in messages)
+    words = set(re.findall(r"\w+", text))
+    present_names = sorted({n for n in names if n in text}, key=len, reverse=True)
+    present_cities = sorted(words & cities)
+    kept = {w for w in present_cities if w + "s" in words or w.endswith("s") and w[:-1] in words}
+    kept |= {w for w in words - cities if w.endswith("s") and w[:-1] in cities}  # a variant and its base
+    kept |= {w[:-1] for w in kept if w.endswith("s")}
+    movable = [c for c in present_cities if c not in kept]
+    mapping = dict(zip(present_names, rng.sample(sorted(names - set(present_names)), len(present_names))))
+    mapping.update(zip(movable, rng.sample(sorted(cities - set(present_cities)), len(movable))))
+    if not mapping:
+        return [dict(m) for m in messages]
+    pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)) + r")\b")
+
+    def sub(value: Any) -> Any:
+        if isinstance(value, str):
+            return pattern.sub(lambda m: mapping[m.group(1)], value)
+        if isinstance(value, dict):
+            return {k: sub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [sub(v) for v in value]
+        return value
+
+    return [sub(m) for m in messages]
+
+
+def _rename_pools(world: World) -> tuple[set[str], set[str]]:
+    """The persons' names and the cities of ``world`` (every split's: their tokens are all trained)."""
+    return {p.name for p in world.persons}, {place for place, level in world.levels.items() if level == "city"}
 
 
 # -- official-format files -----------------------------------------------------------------------------------
@@ -367,4 +410,4 @@ def policy_tests_yaml(world: World, n: int = 4) -> str:
 __all__ = ["WorldConfig", "World", "Question", "Person", "WorldError", "generate_world", "write_world", "KINDS",
            "DEFAULT_CEILINGS",
            "gold_queries", "gold_conversation", "world_texts", "policy_yaml", "policy_tests_yaml", "evidence_text",
-           "musique_row", "record_id", "SPLITS"]
+           "musique_row", "record_id", "renamed_conversation", "SPLITS"]

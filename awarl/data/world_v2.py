@@ -372,46 +372,4 @@ def gold_conversation_v2(world: World, q: Question, search: Callable[[str], str]
     return messages
 
 
-def renamed_conversation(world: World, messages: list[dict], rng: random.Random) -> list[dict]:
-    """``messages`` (a gold conversation of ``world``) with every person and city it names renamed
-    consistently to others of the world's, drawn by ``rng``: the same tool calls, results, citations
-    and reasoning about facts that are not the world's, so they can only be followed by reading.
-    The SFT stage mixes such copies in (``warm_start.renamed_copies``): a tiny model that sees the
-    real conversations alone learns the SFT persons' cities by heart long before it learns to copy
-    them from the search result, and then fails every held-out question. Countries are kept (they
-    are shared by every split, so they teach nothing about a split), and so is a near-miss variant
-    city and the city it varies, which must stay one letter apart."""
-    names, cities = _rename_pools(world)
-    text = "\n".join(str(m.get("content") or "") + " " + " ".join(str(c) for c in m.get("tool_calls") or [])
-                     for m in messages)
-    words = set(re.findall(r"\w+", text))
-    present_names = sorted({n for n in names if n in text}, key=len, reverse=True)
-    present_cities = sorted(words & cities)
-    kept = {w for w in present_cities if w + "s" in words or w.endswith("s") and w[:-1] in words}
-    kept |= {w for w in words - cities if w.endswith("s") and w[:-1] in cities}  # a variant and its base
-    kept |= {w[:-1] for w in kept if w.endswith("s")}
-    movable = [c for c in present_cities if c not in kept]
-    mapping = dict(zip(present_names, rng.sample(sorted(names - set(present_names)), len(present_names))))
-    mapping.update(zip(movable, rng.sample(sorted(cities - set(present_cities)), len(movable))))
-    if not mapping:
-        return [dict(m) for m in messages]
-    pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)) + r")\b")
-
-    def sub(value: Any) -> Any:
-        if isinstance(value, str):
-            return pattern.sub(lambda m: mapping[m.group(1)], value)
-        if isinstance(value, dict):
-            return {k: sub(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [sub(v) for v in value]
-        return value
-
-    return [sub(m) for m in messages]
-
-
-def _rename_pools(world: World) -> tuple[set[str], set[str]]:
-    """The persons' names and the cities of ``world`` (every split's: their tokens are all trained)."""
-    return {p.name for p in world.persons}, {place for place, level in world.levels.items() if level == "city"}
-
-
-__all__ = ["DEAD_CITY_LOAD", "city_names", "generate_world_v2", "gold_conversation_v2", "renamed_conversation"]
+__all__ = ["DEAD_CITY_LOAD", "city_names", "generate_world_v2", "gold_conversation_v2"]

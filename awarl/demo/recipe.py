@@ -38,7 +38,7 @@ class DemoRecipe:
     """GRPO arms, each trained from the same SFT checkpoint and p_i: name -> the training sections it
     changes (at least ``reward: {kind: …}``). The first arm is the chatbot's agent."""
     renamed_copies: int = 0
-    """warm_start.renamed_copies: renamed copies of each SFT conversation (world v2; `awarl.train.tiny.world_trajectories`)."""
+    """warm_start.renamed_copies: renamed copies of each SFT conversation (`awarl.train.tiny.world_trajectories`)."""
     originals: bool = True
     """warm_start.originals: whether the real SFT conversations are trained on beside their renamed copies."""
 
@@ -126,8 +126,6 @@ def _renamed_copies(warm: Any, world: dict[str, Any], path: Path) -> int:
     copies = warm.get("renamed_copies", 0) if isinstance(warm, dict) else 0
     if isinstance(copies, bool) or not isinstance(copies, int) or copies < 0:
         raise DemoError(f"{path}: warm_start.renamed_copies must be a whole number >= 0, got {copies!r}")
-    if copies and int(world.get("version", 1)) < 2:
-        raise DemoError(f"{path}: warm_start.renamed_copies needs world.version 2 (its persons and cities are renamed)")
     return copies
 
 

@@ -276,8 +276,8 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
     know". Below 1, the warm-started agent's sampled rollouts sometimes guess where the corpus lacks
     the fact, and its answers on answerable questions are less sure (docs/benchmarks.md measures both).
 
-    ``renamed_copies`` (world v2): that many copies of each conversation follow it with its persons
-    and cities renamed (`awarl.data.world_v2.renamed_conversation`, seeded by the question id), so
+    ``renamed_copies``: that many copies of each conversation follow it with its persons
+    and cities renamed (`awarl.data.world.renamed_conversation`, seeded by the question id), so
     no person's city can be learned by heart and the warm start must learn to read the results;
     ``originals=False`` leaves the real conversations out (with them in, the tiny model still learns
     their persons' cities by heart before it learns to read)."""
@@ -289,9 +289,8 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
         raise ValueError(f"abstain_share must be in [0, 1], got {abstain_share}")
     if not originals and not renamed_copies:
         raise ValueError("originals=False needs renamed_copies >= 1 (there would be no conversations)")
-    if renamed_copies < 0 or renamed_copies and world.config.version < 2:
-        raise ValueError(f"renamed_copies must be >= 0 and needs a world v2, got {renamed_copies} "
-                         f"(world version {world.config.version})")
+    if renamed_copies < 0:
+        raise ValueError(f"renamed_copies must be >= 0, got {renamed_copies}")
     env = env_factory()
     rows = []
     for split in splits:
@@ -302,7 +301,7 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
             if originals:
                 rows.append({"record_id": record_id(q), "messages": messages})
             if renamed_copies:
-                from awarl.data.world_v2 import renamed_conversation
+                from awarl.data.world import renamed_conversation
 
                 rng = random.Random(f"{q.id}/renamed")
                 rows += [{"record_id": record_id(q), "messages": renamed_conversation(world, messages, rng)}

@@ -385,7 +385,7 @@ def test_v2_gold_conversations_read_the_tool(world2, written2, index2):
 def test_v2_renamed_copies_rename_persons_and_cities_and_keep_the_reading(world2, written2, index2):
     import random
 
-    from awarl.data.world_v2 import renamed_conversation
+    from awarl.data.world import renamed_conversation
     from awarl.protocol import parse_final
     from awarl.train.tiny import world_trajectories
 
@@ -424,8 +424,8 @@ def test_v2_renamed_copies_rename_persons_and_cities_and_keep_the_reading(world2
     assert len(only) == n and all(persons[r["record_id"]] not in r["messages"][1]["content"] for r in only)
     with pytest.raises(ValueError, match="originals=False needs renamed_copies"):
         world_trajectories(world2, make_env, ("sft",), originals=False)
-    with pytest.raises(ValueError, match="needs a world v2"):
-        world_trajectories(generate_world(WorldConfig(persons=30)), make_env, ("sft",), renamed_copies=1)
+    with pytest.raises(ValueError, match="renamed_copies must be >= 0"):
+        world_trajectories(world2, make_env, ("sft",), renamed_copies=-1)
 
 
 def test_v2_policy_lints_clean_and_its_tests_pass(tmp_path):
