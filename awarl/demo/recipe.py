@@ -72,7 +72,7 @@ class DemoRecipe:
         floors = dict(floors.get("quick" if quick else "full") or {})
         return cls(world, _abstain_share(raw.get("warm_start") or {}, path), dict(raw.get("shape") or {}),
                    int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path),
-                   *_warm_copies(raw.get("warm_start") or {}, world, path))
+                   *_warm_copies(raw.get("warm_start") or {}, path))
 
     def arm_train(self, name: str) -> dict[str, Any]:
         """The training sections of arm ``name``: the shared ones with the arm's on top."""
@@ -122,15 +122,15 @@ def _abstain_share(warm: Any, path: Path) -> float:
     return float(share)
 
 
-def _renamed_copies(warm: Any, world: dict[str, Any], path: Path) -> int:
+def _renamed_copies(warm: Any, path: Path) -> int:
     copies = warm.get("renamed_copies", 0) if isinstance(warm, dict) else 0
     if isinstance(copies, bool) or not isinstance(copies, int) or copies < 0:
         raise DemoError(f"{path}: warm_start.renamed_copies must be a whole number >= 0, got {copies!r}")
     return copies
 
 
-def _warm_copies(warm: Any, world: dict[str, Any], path: Path) -> tuple[int, bool]:
-    copies = _renamed_copies(warm, world, path)
+def _warm_copies(warm: Any, path: Path) -> tuple[int, bool]:
+    copies = _renamed_copies(warm, path)
     return copies, _originals(warm, copies, path)
 
 
