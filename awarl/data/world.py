@@ -203,9 +203,10 @@ def renamed_conversation(world: World, messages: list[dict], rng: random.Random)
     """``messages`` (a gold conversation of ``world``) with every person and city it names renamed
     consistently to others of the world's, drawn by ``rng``: the same tool calls, results, citations
     and reasoning about facts that are not the world's, so they can only be followed by reading.
-    The SFT stage mixes such copies in (``warm_start.renamed_copies``): a tiny model that sees the
-    real conversations alone learns the SFT persons' cities by heart long before it learns to copy
-    them from the search result, and then fails every held-out question. Countries are kept (they
+    The SFT stage trains on such copies (``warm_start.renamed_copies``, beside the real conversations
+    or instead of them: ``warm_start.originals``): a tiny model that sees the real conversations
+    learns the SFT persons' cities by heart long before it learns to copy them from the search
+    result, and then fails every held-out question (docs/benchmarks.md, World v2 warm start). Countries are kept (they
     are shared by every split, so they teach nothing about a split), and so is a near-miss variant
     city and the city it varies, which must stay one letter apart."""
     names, cities = _rename_pools(world)
