@@ -97,6 +97,20 @@ def tiny_sft_model_dir(tiny_world_sft_model_dir) -> Path:
     return tiny_world_sft_model_dir
 
 
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script("fidelity")``: scripts/fidelity.py as a module (scripts are not a package)."""
+    import importlib.util
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
 TEST_WORLD = {"persons": 120, "seed": 0}
 """The small synthetic world (awarl.data.world) of the tests that train or serve a world agent."""
 

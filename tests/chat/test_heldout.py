@@ -4,9 +4,7 @@ safety bounds, and the script on the tests' tiny world agent, its hard bounds as
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,15 +14,6 @@ from awarl.chat.heldout import GROUPS, HeldoutTable, Outcome, load_world, run_he
 from awarl.data.world import WorldConfig, generate_world, write_world
 from awarl.errors import DataError
 from awarl.protocol import ABSTAIN_PHRASE
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("chat_heldout_script", ROOT / "scripts" / "chat_heldout.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +111,8 @@ def test_a_world_json_its_generator_no_longer_makes_is_refused(world_v2, tmp_pat
         load_world(tmp_path / "world.json")
 
 
-def test_the_script_on_the_tiny_world_agent_holds_the_hard_bounds(tmp_path, test_world, tiny_world_sft_model_dir, capsys):
+def test_the_script_on_the_tiny_world_agent_holds_the_hard_bounds(tmp_path, test_world, tiny_world_sft_model_dir, capsys,
+                                                                   load_script):
     """The script end to end, as `awarl chat serve --demo` serves (the demo's default settings): the tests'
     warm-started tiny world agent over its world, 12 held-out questions. The agent is weak; what must
     hold whatever it answers are the safety floors."""
@@ -130,7 +120,7 @@ def test_the_script_on_the_tiny_world_agent_holds_the_hard_bounds(tmp_path, test
     write_world(test_world, demo / "world")
     (demo / "demo.json").write_text(json.dumps({"version": 1, "world": "world", "corpus": "world/corpus.jsonl",
                                                 "policy": "world/policy.yaml", "agent": str(tiny_world_sft_model_dir)}))
-    script = _script()
+    script = load_script("chat_heldout")
     assert script.main(["--demo", str(demo), "--limit", "12", "--quiet", "--json", str(tmp_path / "t.json")]) == 0
     out = capsys.readouterr().out
     assert "search noise: off when serving" in out and "every hard safety bound holds" in out

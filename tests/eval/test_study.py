@@ -4,7 +4,6 @@ paired-seed rule, a partial study, and the one expected-rate formula shared with
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import fields
 from pathlib import Path
@@ -16,8 +15,6 @@ from awarl.eval.study import SEEDS, TIERS, aggregate, arm_folder, load_runs, pla
 from awarl.eval.study_claims import claims, paired_seed_rule
 from awarl.eval.study_report import markdown, plot
 from awarl.rewards import RewardConfig
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- the design ----------------------------------------------------------------------------------------------
@@ -271,15 +268,8 @@ def test_plan_resumes_and_aggregate_works_on_a_partial_study(tmp_path):
     assert "Not finished:" in text and "not measured" in text and "### T1" in text and "### T2" not in text
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "scripts" / "fidelity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_script_aggregates_what_finished_and_lists_the_arms(tmp_path, capsys):
-    fid = _script()
+def test_the_script_aggregates_what_finished_and_lists_the_arms(tmp_path, capsys, load_script):
+    fid = load_script("fidelity")
     assert fid.main(["aggregate", "--out", str(tmp_path)]) == 1  # nothing finished yet
     _t1(tmp_path, seeds=(0, 1))
     assert fid.main(["aggregate", "--out", str(tmp_path)]) == 0
@@ -291,10 +281,10 @@ def test_the_script_aggregates_what_finished_and_lists_the_arms(tmp_path, capsys
     assert "awa_attempt" in shown and '"attempt_bonus": true' in shown
 
 
-def test_a_tier_folder_refuses_other_settings(tmp_path):
+def test_a_tier_folder_refuses_other_settings(tmp_path, load_script):
     from awarl.resources import config_path
 
-    fid = _script()
+    fid = load_script("fidelity")
     recipe = config_path("demo_world.yaml")
     fid._check_study(tmp_path, "T2", recipe)
     fid._check_study(tmp_path, "T2", recipe)  # same settings: resumes
@@ -334,10 +324,11 @@ def test_claim_3_carries_the_question_level_paired_bootstrap_where_evaluations_e
     assert per_seed[0]["accuracy"] == {"diff": 0.0, "stderr": 0.0, "beyond_2se": False}  # the same 20 right answers
 
 
-def test_run_builds_the_bases_first_and_skips_a_base_that_misses_its_precondition(tmp_path, monkeypatch, capsys):
+def test_run_builds_the_bases_first_and_skips_a_base_that_misses_its_precondition(tmp_path, monkeypatch, capsys,
+                                                                                 load_script):
     """The scheduling of `scripts/fidelity.py run` (the jobs themselves train, so here they only record):
     a tier's bases before its arms, finished arms skipped, a T2 base with mean p_i > 0.2 gets no arms."""
-    fid = _script()
+    fid = load_script("fidelity")
     calls = []
 
     def job(args):

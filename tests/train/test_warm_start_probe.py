@@ -3,25 +3,14 @@ found in every gold conversation and the table's shares are measured, not assume
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("warm_start_probe", ROOT / "scripts" / "warm_start_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_probe_reads_both_positions_of_the_test_world(tmp_path, test_world, tiny_world_sft_model_dir, capsys):
+def test_probe_reads_both_positions_of_the_test_world(tmp_path, test_world, tiny_world_sft_model_dir, capsys, load_script):
     from awarl.data.world import write_world
 
-    script = _script()
+    script = load_script("warm_start_probe")
     demo = tmp_path / "demo"
     write_world(test_world, demo / "world")
     (demo / "sft").mkdir()
