@@ -90,10 +90,91 @@ class Pattern:
         """The compiled, case-insensitive regex (``regex`` module: its ``search`` takes a ``timeout``)."""
         return _compile(self.source())
 
+    def literal(self) -> str:
+        """Casefolded text every match contains ("" when none is known): the translator skips the
+        regex on a sentence that lacks it, which is exact and saves most searches."""
+        return required_literal(self.source())
+
 
 @functools.lru_cache(maxsize=4096)
 def _compile(source: str) -> regex.Pattern:
     return regex.compile(source, regex.IGNORECASE | regex.VERSION0)
+
+
+_GLOBAL_FLAGS_RE = re.compile(r"\(\?[a-zA-Z-]+\)")
+
+
+@functools.lru_cache(maxsize=4096)
+def required_literal(source: str) -> str:
+    r"""The longest run of literal characters outside every group, class and quantifier of regex
+    ``source``, casefolded: text that every match holds. "" when there is none, when a top-level
+    ``|`` makes every run optional, or when global inline flags (``(?x)``) change how the text reads.
+
+    >>> required_literal(r"(?P<subject>\b\w+ \w+) lives in Dorin\b"), required_literal("ab?c|d")
+    (' lives in dorin', '')
+    """
+    if _GLOBAL_FLAGS_RE.search(source):
+        return ""
+    runs: list[str] = []
+    run: list[str] = []
+    depth, i, n = 0, 0, len(source)
+
+    def end() -> None:
+        if run:
+            runs.append("".join(run))
+            run.clear()
+
+    while i < n:
+        c = source[i]
+        if c == "\\":
+            nxt = source[i + 1 : i + 2]
+            if nxt and not nxt.isalnum():
+                if depth == 0:
+                    run.append(nxt)
+                i += 2
+                continue
+            end()
+            i += 2
+            if nxt in ("x", "u", "U"):  # \xhh, \uhhhh, \Uhhhhhhhh
+                i += {"x": 2, "u": 4, "U": 8}[nxt]
+            elif nxt in ("p", "P", "N", "g") and i < n and source[i] in "{<":
+                close = source.find("}" if source[i] == "{" else ">", i)
+                i = n if close < 0 else close + 1
+            elif nxt.isdigit():  # a back reference or an octal escape
+                while i < n and source[i].isdigit():
+                    i += 1
+            continue
+        if c == "[":  # a character class: skip to its closing bracket
+            end()
+            j = i + 1
+            if j < n and source[j] == "^":
+                j += 1
+            if j < n and source[j] == "]":
+                j += 1
+            while j < n and source[j] != "]":
+                j += 2 if source[j] == "\\" else 1
+            i = j + 1
+            continue
+        unbounded, width = _repeat_at(source, i)
+        if width or c == "{":  # a quantifier makes the character before it optional or repeated
+            if run:
+                run.pop()
+            end()
+            i += max(width, 1)
+            continue
+        if c in "()":
+            end()
+            depth += 1 if c == "(" else -1
+        elif c == "|":
+            if depth == 0:
+                return ""
+        elif c in ".^$":
+            end()
+        elif depth == 0:
+            run.append(c)
+        i += 1
+    end()
+    return max(runs, key=len, default="").casefold()
 
 
 def nested_repeat(source: str) -> str | None:

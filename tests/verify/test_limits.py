@@ -172,9 +172,10 @@ def test_safe_repeats_load(regex):
 
 def test_a_backtracking_regex_is_cut_off_by_the_time_budget():
     """(a|aa)+b passes the load-time screen (no repeat inside the repeat) yet backtracks
-    exponentially; Python's re took seconds on 30 characters, unbounded."""
+    exponentially; Python's re took seconds on 30 characters, unbounded. The text holds a "b", so
+    the literal prefilter cannot skip the regex."""
     policy = policy_from_dict(_pattern_policy(r"(a|aa)+b"))
-    text = "a" * 60
+    text = "a" * 60 + " then b"
     start = time.monotonic()
     with pytest.raises(TranslationTimeout, match=r"ran past its 200 ms budget at variable 'member', patterns\[0\]"):
         PatternTranslator(timeout_ms=200).translate(text, "You get a discount.", policy)
@@ -190,7 +191,7 @@ def test_the_cli_check_bounds_pattern_matching_by_timeout_ms(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(_pattern_policy(r"(a|aa)+b")), encoding="utf-8")
     start = time.monotonic()
-    out = CliRunner().invoke(app, ["verify", "check", "--policy", str(path), "--question", "a" * 60, "--answer", "You get a discount.",
+    out = CliRunner().invoke(app, ["verify", "check", "--policy", str(path), "--question", "a" * 60 + " then b", "--answer", "You get a discount.",
                                    "--timeout-ms", "300", "--json"])
     assert out.exit_code == 0, out.output
     [f] = json.loads(out.stdout)["findings"]

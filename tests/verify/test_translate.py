@@ -232,3 +232,48 @@ def test_text_model_drives_a_real_tiny_transformers_model(pricing, tiny_model_di
     # An untrained model writes no JSON: the translator says so instead of guessing a verdict.
     with pytest.raises(TranslationError, match="none of 2 samples parsed"):
         LLMTranslator(generator, samples=2).translate(Q, A, pricing)
+
+
+def _texts_of(policy_tests: Path) -> list[tuple[str, str]]:
+    import yaml
+
+    return [(t["question"], t["answer"]) for t in yaml.safe_load(policy_tests.read_text())["tests"]]
+
+
+def test_the_literal_prefilter_never_changes_a_translation(tmp_path):
+    """Skipping a pattern whose required text is absent is exact: every shipped policy's tests and a
+    world's evidence (as written, upper-cased, lower-cased) translate the same with and without it."""
+    from awarl.data.world import WorldConfig, evidence_text, generate_world, policy_yaml
+
+    shipped = PRICING.parent
+    cases = [(load_policy(shipped / f"{name}.yaml"), _texts_of(shipped / f"{name}.tests.yaml")) for name in ("pricing", "benefits")]
+    world = generate_world(WorldConfig(version=2, persons=60, cities=8, countries=4, seed=0))
+    (tmp_path / "world.yaml").write_text(policy_yaml(world), encoding="utf-8")
+    countries = sorted({q.answer for q in world.questions})
+    cases.append((load_policy(tmp_path / "world.yaml"),
+                  [(evidence_text(world, q), f"It is {countries[i % len(countries)]}.") for i, q in enumerate(world.questions[:40])]))
+    fast, slow = PatternTranslator(timeout_ms=60_000), PatternTranslator(timeout_ms=60_000, prefilter=False)
+    compared = 0
+    for policy, texts in cases:
+        for question, answer in texts:
+            for q, a in ((question, answer), (question.upper(), answer.upper()), (question.lower(), answer.lower())):
+                assert fast.translate(q, a, policy) == slow.translate(q, a, policy), (q, a)
+                compared += 1
+    assert compared > 150
+    # and it is the world policy's per-city patterns that it skips
+    world_policy = cases[-1][0]
+    city = next(v for v in world_policy.variables if v.name == "home_city")
+    assert all(p.literal().startswith(" lives in ") for p in city.patterns)
+
+
+def test_required_literal_reads_only_what_every_match_holds():
+    from awarl.verify.policy import required_literal
+
+    assert required_literal(r"\d+ dollars") == " dollars"
+    assert required_literal("(gold|silver) member") == " member"
+    assert required_literal("gold|silver") == ""  # a top-level alternative makes each run optional
+    assert required_literal("colou?r") == "colo"
+    assert required_literal(r"x{2}yy") == "yy"
+    assert required_literal(r"\p{Lu}abc\.") == "abc."
+    assert required_literal("(?x) a b c") == ""  # verbose mode: spaces are not text
+    assert required_literal("[abc]") == ""
