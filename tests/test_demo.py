@@ -77,6 +77,9 @@ def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
     assert "after RL: awa (reward `awa`)" in report and "after RL: none (reward `none`)" in report
     assert "**awa − none**: precision" in report and "| before RL | " in report  # the refusal-by-p_i table
     assert "A base with spread" in report and "| Spearman(p_i, u) | >= 0.5 |" in report
+    assert "| cite coverage | right, all cited |" in report  # how many hops the answers cite, before and after RL
+    assert all("support_coverage" in run and "all_support_share" in run
+               for run in (saved["before_rl"], *(arm["after_rl"] for arm in saved["arms"].values())))
     # TRL's per-step dicts went to the log, not the terminal
     terminal = capfd.readouterr()
     assert "'loss'" not in terminal.out + terminal.err

@@ -17,6 +17,9 @@ COLUMNS = {
     "abstain-recall": "share of UNANSWERABLE questions the agent abstained on (higher is better)",
     "over-refusal": "share of ANSWERABLE questions the agent abstained on (lower is better)",
     "acc. answerable": "correct / answerable questions",
+    "cite coverage": "share of the gold supporting passages (both hops) an answer cites, over answered answerable questions",
+    "right, all cited": "share of right answers that cite every supporting passage (what lets the chatbot's checker "
+                        "prove an answer from its citations alone)",
     "expected refusal": "share of questions where refusing is the better bet under the AWA reward: "
                         "R_base(p) = 1 - max(p, p_clip)^gamma > the value of answering (p = the SFT checkpoint's p_i; "
                         "the citation term as training paid it late in the run included)",
@@ -41,6 +44,7 @@ def run_summary(metrics: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str
         "accuracy_answerable": sum(r["outcome"] == "correct" for r in answerable) / len(answerable) if answerable else 0.0,
         "unparsable": sum(r.get("answer") is None for r in rows) / max(len(rows), 1),
         "searches_per_question": o.get("searches_per_question"),
+        "support_coverage": o.get("support_coverage"), "all_support_share": o.get("all_support_share"),
     }
 
 
@@ -212,7 +216,8 @@ def _runs(m: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def _results_table(m: dict[str, Any]) -> list[str]:
     rows = [("precision", "precision"), ("accuracy", "accuracy"), ("RA-F1", "ra_f1"), ("refusal", "refusal_rate"),
             ("abstain-recall", "abstain_recall"), ("over-refusal", "over_refusal"),
-            ("acc. answerable", "accuracy_answerable")]
+            ("acc. answerable", "accuracy_answerable"), ("cite coverage", "support_coverage"),
+            ("right, all cited", "all_support_share")]
     table = ["| run | " + " | ".join(label for label, _ in rows) + " | expected refusal |",
              "|---" * (len(rows) + 2) + "|"]
     targets = [None] + [arm["expected_refusal"] for arm in m["arms"].values()]

@@ -37,6 +37,7 @@ COLUMNS = (
     ("over_refusal", "over-refusal"),
     ("fabricated_share", "fabricated cites"),
     ("unsupported_share", "unsupported cites"),
+    ("support_coverage", "support coverage"),
 )
 DECILES = 10
 

@@ -192,7 +192,7 @@ def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord
 
     per_dataset = {name: {**m.to_dict(), **extras(groups[name])} for name, m in scored.per_dataset.items()}
     macro = dict(scored.macro)
-    for key in ("searches_per_question", "fabricated_share", "unsupported_share"):
+    for key in ("searches_per_question", "fabricated_share", "unsupported_share", "support_coverage", "all_support_share"):
         values = [d[key] for d in per_dataset.values() if d.get(key) is not None]
         macro[key] = sum(values) / len(values) if values else None
     metrics = {
@@ -229,11 +229,16 @@ def citation_integrity(records: Sequence[QARecord], rows: Sequence[dict[str, Any
 
     - fabricated share: cited ids that are not in the corpus, over all cited ids;
     - unsupported share: cited passages that exist but are not among the question's gold
-      supporting passages, over cited existing passages of questions that have gold support.
+      supporting passages, over cited existing passages of questions that have gold support;
+    - support coverage: the share of its gold supporting passages an answer cites, averaged over
+      answered answerable questions with gold support; all-support share: right answers that cite
+      every one of them (every hop: what lets a checker prove the answer from its citations alone).
     """
     from awarl.agent.setup import passage_exists
 
     cited = fabricated = checked = unsupported = answered = with_citation = 0
+    coverage: list[float] = []
+    right_full: list[bool] = []
     for record, t in zip(records, rows):
         if t.get("abstained") or t.get("answer") is None:
             continue
@@ -241,6 +246,10 @@ def citation_integrity(records: Sequence[QARecord], rows: Sequence[dict[str, Any
         cites = t.get("citations") or []
         with_citation += bool(cites)
         gold = set(record.supporting)
+        if gold and record.answerable:
+            coverage.append(len(gold & set(cites)) / len(gold))
+            if t.get("outcome") == "correct":
+                right_full.append(gold <= set(cites))
         for pid in cites:
             cited += 1
             if not passage_exists(retriever, pid):
@@ -253,6 +262,8 @@ def citation_integrity(records: Sequence[QARecord], rows: Sequence[dict[str, Any
         "cited_answer_share": with_citation / answered if answered else None,
         "fabricated_share": fabricated / cited if cited else None,
         "unsupported_share": unsupported / checked if checked else None,
+        "support_coverage": sum(coverage) / len(coverage) if coverage else None,
+        "all_support_share": sum(right_full) / len(right_full) if right_full else None,
     }
 
 

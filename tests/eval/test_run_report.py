@@ -210,3 +210,30 @@ def test_bad_input_gets_clear_errors(prepared, tmp_path):
     broken.write_text(prepared.read_text().splitlines()[0] + "\n{not json\n")
     res = cli.invoke(app, ["eval", "run", "--model", "x", "--data", str(broken), "--out", str(tmp_path / "r2")])
     assert res.exit_code == 1 and "line 2: broken JSON" in res.output
+
+
+def test_support_coverage_counts_the_hops_an_answer_cites():
+    """Coverage is the share of an answerable question's gold passages cited, over answered
+    questions; the all-support share counts right answers that cite every hop."""
+    from awarl.data.records import QARecord
+    from awarl.eval.run import citation_integrity
+
+    class Corpus:
+        def get_passage(self, pid):
+            if pid not in {"a1", "a2", "b1", "b2", "c1", "x"}:
+                raise KeyError(pid)
+
+    records = [QARecord("a", "q", ["A"], "world", supporting=["a1", "a2"]),
+               QARecord("b", "q", ["B"], "world", supporting=["b1", "b2"]),
+               QARecord("c", "q", ["C"], "world", supporting=["c1"]),
+               QARecord("u", "q", ["U"], "world", answerable=False, supporting=["x"]),
+               QARecord("d", "q", ["D"], "world", supporting=["c1"])]
+    rows = [{"answer": "A", "outcome": "correct", "citations": ["a1", "a2"]},   # both hops
+            {"answer": "B", "outcome": "correct", "citations": ["b2", "zz"]},   # one of two, one fabricated
+            {"answer": "no", "outcome": "wrong", "citations": []},              # wrong, nothing cited
+            {"answer": "U", "outcome": "wrong", "citations": ["x"]},            # unanswerable: not in coverage
+            {"answer": None, "abstained": True, "citations": ["c1"]}]           # abstained: not counted
+    got = citation_integrity(records, rows, Corpus())
+    assert got["support_coverage"] == pytest.approx((1.0 + 0.5 + 0.0) / 3)
+    assert got["all_support_share"] == pytest.approx(1 / 2)
+    assert got["fabricated_share"] == pytest.approx(1 / 5)  # zz of a1, a2, b2, zz, x
