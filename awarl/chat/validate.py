@@ -198,6 +198,8 @@ class Validator:
         self.corrections = corrections or Corrections([])
         self.judge = LexicalJudge() if judge == "lexical" else judge
         self._about_cache: dict[str, dict[str, set[Any]]] = {}
+        self._phrases: dict[tuple[str, str], str] = {}
+        self._links: dict[str, set[str]] | None = None
 
     def validate(self, question: str, clarifications: Sequence[Clarification], answer: str,
                  evidence: Sequence[Mapping[str, str]], review_sink: Any = None,
@@ -212,6 +214,8 @@ class Validator:
         if aggregate(findings) is Result.SATISFIABLE and returned:
             findings, trace = self._from_trace(question, clarifications, claims, bound, evidence, returned, findings)
             premises = premise_text(question, clarifications, [*bound, *trace])
+        if not namesakes and aggregate(findings) is Result.SATISFIABLE:
+            namesakes = self._asked_namesakes(question, findings)
         given = self._given(question, clarifications, findings)
         solver = time.perf_counter() - started
         corrections = self.corrections.all()
@@ -277,19 +281,65 @@ class Validator:
                                   "phrase": phrase, "values": [value, *sorted(map(str, others))]})
         return kept, namesakes
 
+    def _asked_namesakes(self, question: str, findings: Sequence[Finding]) -> list[dict[str, Any]]:
+        """Namesakes of the person the question names, when the cited passages name no one: a
+        SATISFIABLE answer whose missing premise the corpus gives that name several values of (a
+        variable the scenarios differ on, else one a rule links to such a variable, else any). The
+        loop then asks which one is meant (`loop_questions`)."""
+        from awarl.chat.prompts import differing_variables
+
+        about = getattr(self.translator.inner, "about", None)
+        if self.corpus is None or about is None:
+            return []
+        wanted = set(differing_variables(findings, self.policy))
+        text = " ".join(question.split())
+        out: list[dict[str, Any]] = []
+        for subject in dict.fromkeys(s for _, _, s in about(question, self.policy)):
+            at = text.casefold().find(subject)
+            name = text[at : at + len(subject)] if at >= 0 else subject
+            rivals = {var: values for var, values in self._rivals(subject, about).items() if len(values) > 1}
+            linked = [v for v in rivals if self._linked().get(v, set()) & wanted]
+            chosen = [v for v in rivals if v in wanted] or linked or list(rivals)
+            for var, values in rivals.items():
+                if var in chosen:
+                    out.append({"passage": None, "variable": var, "subject": subject, "name": name,
+                                "phrase": self._phrases.get((subject, var), ""), "values": sorted(map(str, values))})
+        return out
+
+    def _linked(self) -> dict[str, set[str]]:
+        """Each variable → the variables it shares a rule with (computed once per validator)."""
+        if self._links is None:
+            self._links = {}
+            for expr in self.policy.compiled.values():
+                names = set(self.policy.variables_in([expr]))
+                for n in names:
+                    self._links.setdefault(n, set()).update(names - {n})
+        return self._links
+
     def _rival_values(self, var: str, subject: str, about: Any) -> set[Any]:
-        """Every value the corpus gives ``var`` for ``subject`` (cached per subject)."""
+        """Every value the corpus gives ``var`` for ``subject``."""
+        return set(self._rivals(subject, about).get(var, set()))
+
+    def _rivals(self, subject: str, about: Any) -> dict[str, set[Any]]:
+        """Every value the corpus gives each variable for ``subject`` (cached per subject), and the
+        words between the name and the value ("lives in") in `_phrases`."""
         cache = self._about_cache
         if subject not in cache:
             assert self.corpus is not None
             found: dict[str, set[Any]] = {}
             for passage in self.corpus.values():
-                if subject in " ".join(passage.text.split()).casefold():
-                    for v, value, s in about(passage.text, self.policy):
-                        if s == subject:
-                            found.setdefault(v, set()).add(value)
+                text = " ".join(passage.text.split())
+                at = text.casefold().find(subject)
+                if at < 0:
+                    continue
+                for v, value, s in about(passage.text, self.policy):
+                    if s == subject:
+                        found.setdefault(v, set()).add(value)
+                        after = text[at + len(subject):]
+                        if str(value) in after:
+                            self._phrases.setdefault((subject, v), after[: after.find(str(value))].strip())
             cache[subject] = found
-        return set(cache[subject].get(var, set()))
+        return cache[subject]
 
     def _given(self, question: str, clarifications: Sequence[Clarification], findings: Sequence[Finding]) -> list[str]:
         """The user's statements among the premises of the VALID findings, in their words."""

@@ -72,6 +72,35 @@ def test_a_scripted_agent_through_the_api_namesakes_asked_and_answered(world_v2,
     assert "| **wrong answers served VALID** (bound 0) | 0 | 0 | 0 | 0 |" in md
 
 
+def test_an_agent_citing_only_the_city_is_asked_which_namesake_is_meant(world_v2, tmp_path):
+    """The trained agent's habit: it cites the "<city> is a city in <country>" passage and not the
+    person's. With nothing cited that names the person, the loop looks the question's name up in the
+    corpus; a namesake's answer is then asked about, and served VALID only when the user's person
+    makes it right."""
+    world, files = world_v2
+    first = {}
+    for q in world.questions:
+        first.setdefault(q.question, q)
+
+    def city_only(prompt: str, n: int) -> str:
+        q = first[max((t for t in first if t in prompt), key=len)]
+        if not q.answerable:
+            return f"<answer>{ABSTAIN_PHRASE}</answer>"
+        return f"<answer>{q.answer}</answer> [{world.supporting(q)[-1]}]"
+
+    settings = ChatSettings(policy=str(files["policy"]), policy_name="world", corpus=str(files["corpus"]),
+                            generator="scripted", db=str(tmp_path / "chat.sqlite"), audit=str(tmp_path / "audit.jsonl"),
+                            backoff_s=0.01, workers=4, max_iterations=1)
+    questions = [q for q in world.split("eval") if q.answerable and int(q.cues.get("namesakes", 1)) > 1]
+    assert questions
+    outcomes = run_heldout(settings, world, questions, poll_s=0.02, generators={"scripted": ScriptedGenerator(city_only)})
+    [row] = [r for r in HeldoutTable(outcomes).rows if r.questions]
+    assert row.asked == row.answered == row.questions  # every one asked which person, every one answered
+    assert row.right_first_valid == row.right_first > 0
+    assert all(not o.valid for o in outcomes if not o.first_right)
+    assert row.wrong_valid == row.right_to_wrong == row.errors == 0
+
+
 def test_the_scripted_user_names_only_its_own_persons_option(world_v2):
     world, _ = world_v2
     names = [p.name for p in world.persons]
