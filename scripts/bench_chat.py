@@ -19,7 +19,11 @@ generations one at a time (batch_size 1), then batched (batch_size 32); a thread
 its submission until it leaves PROCESSING (served, or a clarifying question shown), polled every
 ``--poll`` seconds as the web UI does.
 
-    python scripts/bench_chat.py --agent [--agent-threads 50] [--agent-dir CHECKPOINT]
+    python scripts/bench_chat.py --agent [--agent-threads 50] [--agent-dir CHECKPOINT] [--demo DEMO_FOLDER]
+
+``--demo``: the agent, world, corpus and policy of an ``awarl demo`` folder, as ``awarl chat serve``
+serves them after the demo (its search noise off); ``--agent-dir`` then serves another checkpoint
+over the same world.
 """
 
 from __future__ import annotations
@@ -248,9 +252,17 @@ def agent_main(args) -> None:
     from awarl.llm.spec import load_backend
     from awarl.search.bm25 import BM25Index
 
-    world = generate_world(WorldConfig(**AGENT_WORLD))
-    folder = Path(args.agent_dir) if args.agent_dir else ROOT / ".cache" / "awarl-bench" / "world-agent-p120-s0"
-    agent, how = (folder, "the checkpoint given") if args.agent_dir else world_agent(world, folder)
+    demo_files = None
+    if args.demo:  # the demo's own agent, world, corpus and policy, as `awarl chat serve` after `awarl demo` serves them
+        from awarl.chat.heldout import load_demo
+
+        demo = load_demo(args.demo, db_dir=tempfile.mkdtemp(), agent=args.agent_dir)
+        world, agent = demo.world, Path(demo.settings.generator.split(":", 1)[1])
+        how, demo_files = f"the demo's agent ({args.demo})", {"policy": demo.settings.policy, "corpus": demo.settings.corpus}
+    else:
+        world = generate_world(WorldConfig(**AGENT_WORLD))
+        folder = Path(args.agent_dir) if args.agent_dir else ROOT / ".cache" / "awarl-bench" / "world-agent-p120-s0"
+        agent, how = (folder, "the checkpoint given") if args.agent_dir else world_agent(world, folder)
     load = os.getloadavg()[0]
     backend = load_backend(f"hf:{agent}", device="cpu")  # as the server loads it (micro-batches of 32)
     retriever = BM25Index.build(list(world.passages))
@@ -259,12 +271,12 @@ def agent_main(args) -> None:
     questions = list(dict.fromkeys(qs))[: args.agent_threads]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        files = write_world(world, Path(tmp) / "world")
+        files = demo_files or write_world(world, Path(tmp) / "world")
         for label, batch in (("one at a time", 1), ("batched", args.agent_batch)):
             rows.append(run_agent_path(label, batch, Path(tmp) / label.replace(" ", "-"), files, backend, retriever,
                                        rollout, questions, args.agent_workers, args.poll))
     params = sum(p.numel() for p in backend.model.parameters())
-    print(f"agent: {how}, {params / 1e6:.2f} M parameters ({agent}); world v1, {AGENT_WORLD['persons']} persons, "
+    print(f"agent: {how}, {params / 1e6:.2f} M parameters ({agent}); world v{world.config.version}, {len(world.persons)} persons, "
           f"{len(world.passages)} passages; {len(questions)} threads submitted at once; {args.agent_workers} workers; "
           f"torch threads {torch_threads()}; clients poll every {args.poll}s; load average before: {load:.1f}")
     header = ("generation", "batch size", "mean batch", "largest batch", "served", "asked", "errors", "VALID",
@@ -305,6 +317,7 @@ def main() -> None:
     ap.add_argument("--agent-threads", type=int, default=50, help="Threads submitted at once (--agent).")
     ap.add_argument("--agent-workers", type=int, default=32, help="Chat workers (--agent; the default product's 32).")
     ap.add_argument("--agent-batch", type=int, default=32, help="batch_size of the batched path (--agent).")
+    ap.add_argument("--demo", default=None, help="An `awarl demo` folder: its agent, world, corpus and policy (--agent).")
     ap.add_argument("--agent-dir", default=None, help="A warm-started world-agent checkpoint for the 120-person "
                     "seed-0 world (--agent; default: build one into .cache/awarl-bench/).")
     args = ap.parse_args()
