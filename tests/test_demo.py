@@ -211,7 +211,9 @@ def test_set_overrides_apply_after_quick_and_reach_the_world(tmp_path):
                                                   ({"renamed_copies": -1}, "renamed_copies must be a whole number"),
                                                   ({"renamed_copies": 2.5}, "renamed_copies must be a whole number"),
                                                   ({"originals": False}, "originals: false needs"),
-                                                  ({"renamed_copies": 2, "originals": "no"}, "originals must be true")])
+                                                  ({"renamed_copies": 2, "originals": "no"}, "originals must be true"),
+                                                  ({"renamed_copies": 2, "rename_ids": "yes"}, "rename_ids must be true"),
+                                                  ({"rename_ids": True}, "rename_ids: true needs")])
 def test_bad_warm_start_names_the_key(tmp_path, warm_start, message):
     from awarl.demo import DemoError
 

@@ -199,7 +199,7 @@ def gold_conversation(world: World, q: Question, search: Callable[[str], str], s
     return messages
 
 
-def renamed_conversation(world: World, messages: list[dict], rng: random.Random) -> list[dict]:
+def renamed_conversation(world: World, messages: list[dict], rng: random.Random, *, ids: bool = False) -> list[dict]:
     """``messages`` (a gold conversation of ``world``) with every person and city it names renamed
     consistently to others of the world's, drawn by ``rng``: the same tool calls, results, citations
     and reasoning about facts that are not the world's, so they can only be followed by reading.
@@ -208,7 +208,9 @@ def renamed_conversation(world: World, messages: list[dict], rng: random.Random)
     learns the SFT persons' cities by heart long before it learns to copy them from the search
     result, and then fails every held-out question (docs/benchmarks.md, World v2 warm start). Countries are kept (they
     are shared by every split, so they teach nothing about a split), and so is a near-miss variant
-    city and the city it varies, which must stay one letter apart."""
+    city and the city it varies, which must stay one letter apart. ``ids=True`` renames the passage
+    ids too (each to another passage's id of the world), in the results and in the cited answer alike,
+    so the cited ids can only be copied from the results, not remembered."""
     names, cities = _rename_pools(world)
     text = "\n".join(str(m.get("content") or "") + " " + " ".join(str(c) for c in m.get("tool_calls") or [])
                      for m in messages)
@@ -221,6 +223,10 @@ def renamed_conversation(world: World, messages: list[dict], rng: random.Random)
     movable = [c for c in present_cities if c not in kept]
     mapping = dict(zip(present_names, rng.sample(sorted(names - set(present_names)), len(present_names))))
     mapping.update(zip(movable, rng.sample(sorted(cities - set(present_cities)), len(movable))))
+    if ids:
+        pids = {p.id for p in world.passages}
+        present_ids = sorted(words & pids)
+        mapping.update(zip(present_ids, rng.sample(sorted(pids - set(present_ids)), len(present_ids))))
     if not mapping:
         return [dict(m) for m in messages]
     pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)) + r")\b")

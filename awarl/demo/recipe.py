@@ -41,6 +41,8 @@ class DemoRecipe:
     """warm_start.renamed_copies: renamed copies of each SFT conversation (`awarl.train.tiny.world_trajectories`)."""
     originals: bool = True
     """warm_start.originals: whether the real SFT conversations are trained on beside their renamed copies."""
+    rename_ids: bool = False
+    """warm_start.rename_ids: whether the renamed copies rename the passage ids too."""
 
     @classmethod
     def load(cls, path: str | Path, *, quick: bool = False, seed: int = 0,
@@ -72,7 +74,7 @@ class DemoRecipe:
         floors = dict(floors.get("quick" if quick else "full") or {})
         return cls(world, _abstain_share(raw.get("warm_start") or {}, path), dict(raw.get("shape") or {}),
                    int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path),
-                   *_warm_copies(raw.get("warm_start") or {}, path))
+                   *_warm_copies(raw.get("warm_start") or {}, path), _rename_ids(raw.get("warm_start") or {}, path))
 
     def arm_train(self, name: str) -> dict[str, Any]:
         """The training sections of arm ``name``: the shared ones with the arm's on top."""
@@ -109,7 +111,7 @@ def _arms(raw: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
     return {str(k): copy.deepcopy(v) for k, v in arms.items()}
 
 
-WARM_START_KEYS = ("abstain_share", "renamed_copies", "originals")
+WARM_START_KEYS = ("abstain_share", "renamed_copies", "originals", "rename_ids")
 
 
 def _abstain_share(warm: Any, path: Path) -> float:
@@ -134,6 +136,15 @@ def _warm_copies(warm: Any, path: Path) -> tuple[int, bool]:
     return copies, _originals(warm, copies, path)
 
 
+def _rename_ids(warm: Any, path: Path) -> bool:
+    rename = warm.get("rename_ids", False) if isinstance(warm, dict) else False
+    if not isinstance(rename, bool):
+        raise DemoError(f"{path}: warm_start.rename_ids must be true or false, got {rename!r}")
+    if rename and not warm.get("renamed_copies"):
+        raise DemoError(f"{path}: warm_start.rename_ids: true needs warm_start.renamed_copies >= 1 (it renames the copies' ids)")
+    return rename
+
+
 def _originals(warm: Any, copies: int, path: Path) -> bool:
     originals = warm.get("originals", True) if isinstance(warm, dict) else True
     if not isinstance(originals, bool):
@@ -156,6 +167,8 @@ def settings(recipe: DemoRecipe) -> dict[str, Any]:
 
     warm = {"abstain_share": recipe.abstain_share, "renamed_copies": recipe.renamed_copies,
             "originals": recipe.originals}
+    if recipe.rename_ids:  # only when on, so folders started before the key existed still resume
+        warm["rename_ids"] = True
     raw = {"world": recipe.world, "warm_start": warm, "shape": recipe.shape,
            "capability": {"k": recipe.k}, "arms": recipe.arms, **recipe.train}
     return json.loads(json.dumps(flat("", raw, {}), default=str))

@@ -265,7 +265,7 @@ def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE
 def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),
                        system_prompt: str | None = None, first: str = "relation",
                        abstain_share: float = 1.0, renamed_copies: int = 0,
-                       originals: bool = True) -> list[dict]:
+                       originals: bool = True, rename_ids: bool = False) -> list[dict]:
     """Gold conversations of the world's questions, searched with the real tool (``env_factory``
     builds the same `SearchEnv` the rollouts use, so SFT shows exactly what GRPO will see), as
     ``{"record_id", "messages"}`` rows that ``awarl train sft`` reads with ``sft.source: trajectories``.
@@ -280,7 +280,8 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
     and cities renamed (`awarl.data.world.renamed_conversation`, seeded by the question id), so
     no person's city can be learned by heart and the warm start must learn to read the results;
     ``originals=False`` leaves the real conversations out (with them in, the tiny model still learns
-    their persons' cities by heart before it learns to read)."""
+    their persons' cities by heart before it learns to read); ``rename_ids`` renames the copies' passage
+    ids too, so a cited id can only be copied from the results."""
     import random
 
     from awarl.data.world import gold_conversation, record_id
@@ -304,7 +305,7 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
                 from awarl.data.world import renamed_conversation
 
                 rng = random.Random(f"{q.id}/renamed")
-                rows += [{"record_id": record_id(q), "messages": renamed_conversation(world, messages, rng)}
+                rows += [{"record_id": record_id(q), "messages": renamed_conversation(world, messages, rng, ids=rename_ids)}
                          for _ in range(renamed_copies)]
     return rows
 

@@ -419,6 +419,17 @@ def test_v2_renamed_copies_rename_persons_and_cities_and_keep_the_reading(world2
     messages = gold_conversation(world2, q, env.search)
     assert renamed_conversation(world2, messages, random.Random(1)) == renamed_conversation(world2, messages,
                                                                                              random.Random(1))
+    # rename_ids: the copies' passage ids are others of the world's, the same in the results and the cited answer
+    pids = {p.id for p in world2.passages}
+    renamed = renamed_conversation(world2, messages, random.Random(1), ids=True)
+    ids_of = lambda ms: re.findall(r"\[(\w+)\]", " ".join(str(m.get("content")) for m in ms))  # noqa: E731
+    before, after = ids_of(messages), ids_of(renamed)
+    assert len(before) == len(after) > 0, (before, after)
+    assert set(after) - pids == set(before) - pids  # an id outside the corpus (the search noise's) is kept
+    assert (set(before) & pids).isdisjoint(after)
+    assert len(set(zip(before, after))) == len(set(before)) == len(set(after))  # one consistent renaming
+    final = parse_final(renamed[-1]["content"])
+    assert all(f"[{c}]" in " ".join(str(m.get("content")) for m in renamed[:-1]) for c in final.citations)
     only = world_trajectories(world2, make_env, ("sft",), renamed_copies=1, originals=False)
     persons = {record_id(q): q.person for q in world2.split("sft")}
     assert len(only) == n and all(persons[r["record_id"]] not in r["messages"][1]["content"] for r in only)
