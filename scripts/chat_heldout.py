@@ -38,9 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for every thread to finish")
     parser.add_argument("--json", type=Path, default=None, help="also write the table and every outcome as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no line per finished thread on stderr")
+    parser.add_argument("--db-dir", type=Path, default=None,
+                        help="keep the chat database and audit log in this new folder (to read the threads after)")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="awarl-heldout-") as db_dir:
+    if args.db_dir is not None and args.db_dir.exists() and any(args.db_dir.iterdir()):
+        print(f"error: --db-dir {args.db_dir}: not empty (the table needs a fresh database)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="awarl-heldout-") as tmp:
+        db_dir = args.db_dir or Path(tmp)
+        db_dir.mkdir(parents=True, exist_ok=True)
         try:
             demo = load_demo(args.demo, db_dir=db_dir, agent=args.agent, workers=args.workers)
             questions = demo.world.split(args.split)[: args.limit]

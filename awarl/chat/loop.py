@@ -136,6 +136,9 @@ class Loop:
         v = with_retries(lambda: self.validator.validate(t.prompt, clarifications, t.answer, t.cited, sink, returned),
                          attempts=self.settings.retries, base_delay=self.settings.backoff_s,
                          what=f"validation of thread {t.id}", retry_on=(OSError, RuntimeError), error=CheckerDown)
+        if v.recited is not None:  # the search's own passages cite what it proved; the reply's ids did not
+            t.note("citations replaced", before=_citations(t.answer), after=_citations(v.recited))
+            self._set_answer(t, v.recited, _citations(v.recited))
         it.findings = [f.to_dict() for f in v.findings]
         result = aggregate(v.findings)
         it.result = result.value if result else None

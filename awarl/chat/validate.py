@@ -182,6 +182,9 @@ class Validation:
     trace: list[str] = field(default_factory=list)
     """Ids of passages the agent's searches returned but it did not cite, whose text the proof needed."""
     extras: dict[str, Any] = field(default_factory=dict)
+    recited: str | None = None
+    """The answer cited anew with passages its search returned (`Validator._recite`), when its own
+    citations did not support it and those do; the findings are the new citations'."""
 
 
 class Validator:
@@ -219,14 +222,48 @@ class Validator:
         given = self._given(question, clarifications, findings)
         solver = time.perf_counter() - started
         corrections = self.corrections.all()
+        recited = None
         if self.corpus is not None:
             gate = CitationGate(corpus=self.corpus, judge=self.judge, corrections=corrections, review_queue=review_sink)
-            findings += gate.check(question, answer)
+            cites = gate.check(question, answer)
+            if trace and aggregate(findings) is Result.VALID and any(f.result is Result.INVALID for f in cites):
+                recited = self._recite(question, answer, trace, returned, gate)
+            if recited is not None:
+                cited_before = " ".join(f"[{p.get('id')}]" for p in evidence) or "nothing"
+                recited, cites = recited
+                note = f"citations replaced by passages the search returned that support it (it cited {cited_before})"
+                findings = [replace(f, detail=f"{f.detail}; {note}" if f.detail else note) for f in findings]
+            findings += cites
         else:  # no corpus: citations cannot be checked, known errors still can
             findings += [Finding(Result.INVALID, citation=i, detail=f"citation: {i.kind}") for i in check_corrections(answer, corrections)]
         extras = {"namesakes": namesakes} if namesakes else {}
         return Validation(findings, premises, claims, time.perf_counter() - started, solver, given,
-                          [p["id"] for p in trace], extras)
+                          [p["id"] for p in trace], extras, recited)
+
+    def _recite(self, question: str, answer: str, trace: Sequence[Mapping[str, str]],
+                returned: Sequence[Mapping[str, str]], gate: CitationGate) -> tuple[str, list[Finding]] | None:
+        """An answer the search trace proves but whose own citations the gate rejects (a tiny agent
+        writes ids it remembers, not the ones it read), cited instead with the trace passages the proof
+        used and, in the order the search returned them, those that add words of the claim the cited
+        set lacks. Kept only when the gate passes it: the answer text with these citations, and the gate's
+        findings. None otherwise."""
+        from awarl.verify.citations import content_tokens
+
+        ids = [str(p["id"]) for p in trace]
+        assert self.corpus is not None
+        words = set(content_tokens(claim_text(answer)))
+        have = set().union(*(content_tokens(f"{self.corpus[i].title} {self.corpus[i].text}") for i in ids if i in self.corpus))
+        for p in returned:
+            pid = str(p.get("id"))
+            if pid in ids or pid not in self.corpus or not (words - have):
+                continue
+            new = set(content_tokens(f"{self.corpus[pid].title} {self.corpus[pid].text}"))
+            if (words - have) & new:
+                ids.append(pid)
+                have |= new
+        text = _CITE_RE.sub("", answer).rstrip() + " " + " ".join(f"[{i}]" for i in ids)
+        cites = gate.check(question, text)
+        return None if any(f.result is Result.INVALID for f in cites) else (text, cites)
 
     def _from_trace(self, question: str, clarifications: Sequence[Clarification], claims: str,
                     bound: Sequence[Mapping[str, str]], evidence: Sequence[Mapping[str, str]],

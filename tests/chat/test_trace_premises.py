@@ -77,6 +77,26 @@ def test_a_wrong_answer_is_not_made_valid_by_the_trace(validator, world, lives_q
     assert aggregate(v.findings) is not Result.VALID and v.trace == []
 
 
+def test_citations_that_do_not_support_a_proved_answer_are_replaced_by_returned_ones(validator, world, lives_q):
+    """A tiny agent writes ids it remembers: an answer the trace proves but that cites passages about
+    other persons is cited anew with the returned passages that prove and state it; a wrong answer with
+    such citations is never made VALID."""
+    q, person_pid, city_pid = lives_q
+    unrelated = [p.id for p in world.passages if q.answer not in p.text and q.person not in p.text][:2]
+    other = next(p.id for p in world.passages if p.id not in (person_pid, city_pid, *unrelated))
+    v = _check(validator, world, q, q.answer, unrelated, [other, person_pid, city_pid])
+    assert aggregate(v.findings) is Result.VALID
+    assert v.recited == f"<answer>{q.answer}</answer> [{person_pid}] [{city_pid}]"
+    assert all("citations replaced by passages the search returned" in f.detail for f in v.findings
+               if f.result is Result.VALID and f.citation is None)
+    # nothing returned states the country: the citations stay, and so does their INVALID finding
+    kept = _check(validator, world, q, q.answer, unrelated, [other, person_pid])
+    assert kept.recited is None and aggregate(kept.findings) is not Result.VALID
+    wrong = next(c for c in sorted({k for k in world.parent.values() if k}) if c != q.answer)
+    w = _check(validator, world, q, wrong, unrelated, [other, person_pid, city_pid])
+    assert w.recited is None and aggregate(w.findings) is not Result.VALID
+
+
 class TraceAgent:
     """An answer-only generator whose replies carry a search trace (the passages it was shown)."""
 
