@@ -181,9 +181,12 @@ class Loop:
         policy = self.validator.policy
         corrections = self.validator.corrections.block(f"{t.prompt}\n{t.answer}")
         index = len(t.iterations)
-        if (not self.generator.decisions and result in ASKABLE and top is not None
+        # What the user could settle is in the logic: an answer SATISFIABLE whose citations alone are
+        # INVALID is asked about too (once its premise is given, the search's passages may cite it).
+        logic = aggregate([f for f in findings if f.citation is None]) or result
+        if (not self.generator.decisions and logic in ASKABLE and top is not None
                 and t.question_rounds < self.settings.max_question_rounds):
-            asked = loop_questions(findings, policy, prev.namesakes)[: self.settings.max_questions]
+            asked = loop_questions([f for f in findings if f.citation is None], policy, prev.namesakes)[: self.settings.max_questions]
             if asked:
                 # An answer-only agent cannot write DECISION lines: the loop asks what the scenarios differ on.
                 t.iterations.append(Iteration(index=index, type="ask", prompt="", answer=t.answer, template="loop_question",

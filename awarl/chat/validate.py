@@ -210,6 +210,9 @@ class Validator:
         """Check ``answer``; ``returned`` are the passages the agent's searches showed it (`_from_trace`)."""
         started = time.perf_counter()
         bound, namesakes = self._unambiguous(evidence)
+        asked = self._subjects(question)
+        if asked:  # a namesake of someone the question does not ask about is nothing to ask the user
+            namesakes = [n for n in namesakes if n["subject"] in asked]
         premises = premise_text(question, clarifications, bound)
         claims = claim_text(answer)
         findings = check(self.policy, premises, claims, self.translator, reasoner=self.reasoner)
@@ -226,8 +229,8 @@ class Validator:
         if self.corpus is not None:
             gate = CitationGate(corpus=self.corpus, judge=self.judge, corrections=corrections, review_queue=review_sink)
             cites = gate.check(question, answer)
-            if trace and aggregate(findings) is Result.VALID and any(f.result is Result.INVALID for f in cites):
-                recited = self._recite(question, answer, trace, returned, gate)
+            if aggregate(findings) is Result.VALID and any(f.result is Result.INVALID for f in cites):
+                recited = self._recite(question, clarifications, answer, trace, returned, gate)
             if recited is not None:
                 cited_before = " ".join(f"[{p.get('id')}]" for p in evidence) or "nothing"
                 recited, cites = recited
@@ -240,27 +243,38 @@ class Validator:
         return Validation(findings, premises, claims, time.perf_counter() - started, solver, given,
                           [p["id"] for p in trace], extras, recited)
 
-    def _recite(self, question: str, answer: str, trace: Sequence[Mapping[str, str]],
-                returned: Sequence[Mapping[str, str]], gate: CitationGate) -> tuple[str, list[Finding]] | None:
-        """An answer the search trace proves but whose own citations the gate rejects (a tiny agent
-        writes ids it remembers, not the ones it read), cited instead with the trace passages the proof
-        used and, in the order the search returned them, those that add words of the claim the cited
-        set lacks. Kept only when the gate passes it: the answer text with these citations, and the gate's
+    def _subjects(self, question: str) -> set[str]:
+        """The subjects (persons) the question's own premises name, for a translator that reads them."""
+        about = getattr(self.translator.inner, "about", None)
+        return {s for _, _, s in about(question, self.policy)} if about is not None else set()
+
+    def _recite(self, question: str, clarifications: Sequence[Clarification], answer: str,
+                trace: Sequence[Mapping[str, str]], returned: Sequence[Mapping[str, str]],
+                gate: CitationGate) -> tuple[str, list[Finding]] | None:
+        """A proved answer whose own citations the gate rejects (a tiny agent writes ids it remembers,
+        not the ones it read), cited instead with the trace passages the proof used and, in the order
+        the search returned them, those that bring words of the claim the cited set lacks together with
+        a word of the proof's premises (the city the person lives in, not any city of that country).
+        Kept only when the gate passes it: the answer text with these citations, and the gate's
         findings. None otherwise."""
         from awarl.verify.citations import content_tokens
 
         ids = [str(p["id"]) for p in trace]
         assert self.corpus is not None
         words = set(content_tokens(claim_text(answer)))
+        # the user's answers and the trace passages: the question's own words ("country") name no place
+        premise_words = set(content_tokens(premise_text("", clarifications, trace))) - words
         have = set().union(*(content_tokens(f"{self.corpus[i].title} {self.corpus[i].text}") for i in ids if i in self.corpus))
         for p in returned:
             pid = str(p.get("id"))
             if pid in ids or pid not in self.corpus or not (words - have):
                 continue
             new = set(content_tokens(f"{self.corpus[pid].title} {self.corpus[pid].text}"))
-            if (words - have) & new:
+            if (words - have) & new and premise_words & new:
                 ids.append(pid)
                 have |= new
+        if not ids:
+            return None
         text = _CITE_RE.sub("", answer).rstrip() + " " + " ".join(f"[{i}]" for i in ids)
         cites = gate.check(question, text)
         return None if any(f.result is Result.INVALID for f in cites) else (text, cites)

@@ -73,3 +73,17 @@ def test_a_near_miss_citys_country_is_not_the_persons(world_v2, tmp_path):
     pids = [_relation_pid(world_v2, q.subject or q.person, q.relation), world_v2.fact_passage[(variant, "in")]]
     result, _ = _result(v, world_v2, q.question, world_v2.parent[variant], pids)
     assert result is not Result.VALID
+
+
+def test_only_namesakes_of_the_person_asked_about_are_asked(world_v2, tmp_path):
+    """An answer citing the passage of another person who has namesakes reports no namesakes of that
+    person (nothing to ask the user); the question's own person is looked up instead."""
+    v = _validator(world_v2, tmp_path)
+    names = [p.name for p in world_v2.persons]
+    q = next(q for q in world_v2.questions if q.answerable and names.count(q.person) > 1)
+    stranger = next(p for p in world_v2.persons if names.count(p.name) > 1 and p.name != q.person)
+    pid = _relation_pid(world_v2, stranger.key, "lives")
+    _, check = _result(v, world_v2, q.question, q.answer, [pid])
+    subjects = {n["subject"] for n in check.extras.get("namesakes", [])}
+    assert stranger.name.lower() not in subjects
+    assert subjects == {q.person.lower()}  # SATISFIABLE: the question's person has namesakes, so the loop asks about them
