@@ -145,7 +145,7 @@ class Loop:
         it.partly_valid = partly_valid(v.findings)
         it.premises_text, it.validate_s, it.solver_s, it.given = v.premises, v.seconds, v.solver_seconds, v.given
         it.answer, it.cited, it.namesakes = t.answer, list(t.cited), list(v.extras.get("namesakes", []))
-        it.trace_premises = list(v.trace)
+        it.trace_premises, it.recited = list(v.trace), v.recited is not None
         t.note("validated", result=it.result)
         t.state = State.CHECK_QUESTIONS
 
@@ -298,6 +298,9 @@ class Loop:
                        "did not cite: " + " ".join(f"[{i}]" for i in it.trace_premises) + ".")
         elif kind == "VALID_GIVEN_YOUR_STATEMENT":
             warning = "Valid given your statement: " + " ".join(f"“{g}”" for g in it.given) + " (taken as you said it, not checked)."
+        if kind in ("VALID", "VALID_GIVEN_YOUR_STATEMENT") and it.recited:
+            warning = ((warning + " ") if warning else "") + ("The agent's own citations did not support it; it is cited "
+                                                             "with passages its search returned.")
         elif kind is None:
             warning = "Not validated: the checker returned no findings for this answer."
         else:

@@ -99,6 +99,8 @@ class Iteration:
     given: list[str] = field(default_factory=list)
     """The user's statements the VALID proof rests on (question sentences, clarification answers)."""
     trace_premises: list[str] = field(default_factory=list)
+    recited: bool = False
+    """Whether the loop replaced the reply's citations with passages its search returned (`Validation.recited`)."""
     """Passages the agent's search returned but it did not cite, whose text the VALID proof needed."""
     generate_s: float = 0.0
     validate_s: float = 0.0
@@ -163,10 +165,12 @@ class Thread:
     @property
     def valid_from(self) -> str | None:
         """What a VALID served answer was proved from: ``citations`` (its cited passages and the user's
-        statements alone) or ``search trace`` (it also needed a passage it was shown but did not cite)."""
+        statements alone) or ``search trace`` (it also needed a passage it was shown but did not cite, or
+        its own citations were replaced by such passages)."""
         if self.badge not in (Badge.VALID, Badge.VALID_GIVEN_YOUR_STATEMENT) or self.served is None:
             return None
-        return "search trace" if self.iterations[self.served].trace_premises else "citations"
+        served = self.iterations[self.served]
+        return "search trace" if served.trace_premises or served.recited else "citations"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Thread":
