@@ -298,15 +298,15 @@ class Loop:
                        "did not cite: " + " ".join(f"[{i}]" for i in it.trace_premises) + ".")
         elif kind == "VALID_GIVEN_YOUR_STATEMENT":
             warning = "Valid given your statement: " + " ".join(f"“{g}”" for g in it.given) + " (taken as you said it, not checked)."
-        if kind in ("VALID", "VALID_GIVEN_YOUR_STATEMENT") and it.recited:
-            warning = ((warning + " ") if warning else "") + ("The agent's own citations did not support it; it is cited "
-                                                             "with passages its search returned.")
         elif kind is None:
             warning = "Not validated: the checker returned no findings for this answer."
         else:
             warning = row.summary
             if checked_only and kind == "INVALID":
                 warning += " Validate-only mode has no agent to rewrite it."
+        if kind in ("VALID", "VALID_GIVEN_YOUR_STATEMENT") and it.recited:
+            warning = ((warning + " ") if warning else "") + ("The agent's own citations did not support it; it is cited "
+                                                             "with passages its search returned.")
         if exit is Exit.MAX_ITERATIONS_REACHED:
             warning = f"{warning} Best found: {kind}, after {t.rewrites} rewrite(s)."
         checked = [i for i in t.iterations if i.result is not None or i.findings or i.abstained]

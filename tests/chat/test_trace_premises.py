@@ -127,6 +127,15 @@ def test_the_thread_reports_what_a_valid_answer_was_proved_from(make_manager, wo
                                    [_shown(world, city_pid), _shown(world, person_pid)]), **kw)
     t = both.wait(both.submit(q.question).id, timeout=60)
     assert t["badge"] == "VALID" and t["valid_from"] == "citations" and t["warning"] is None
+    both.close()
+    unrelated = [p.id for p in world.passages if q.answer not in p.text and q.person not in p.text][:2]
+    remembered = make_manager(TraceAgent(f"<answer>{q.answer}</answer> " + " ".join(f"[{i}]" for i in unrelated),
+                                         [_shown(world, city_pid), _shown(world, person_pid)]), **kw)
+    t = remembered.wait(remembered.submit(q.question).id, timeout=60)
+    assert t["badge"] == "VALID" and t["valid_from"] == "search trace" and t["rewrites"] == 0
+    assert t["iterations"][t["served"]]["recited"] and "own citations did not support it" in t["warning"]
+    assert t["iterations"][t["served"]]["cited"] == [_shown(world, person_pid), _shown(world, city_pid)]
+    remembered.close()
 
 
 class SearchThenAnswer:
