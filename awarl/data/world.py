@@ -215,7 +215,9 @@ def renamed_conversation(world: World, messages: list[dict], rng: random.Random,
     text = "\n".join(str(m.get("content") or "") + " " + " ".join(str(c) for c in m.get("tool_calls") or [])
                      for m in messages)
     words = set(re.findall(r"\w+", text))
-    present_names = sorted({n for n in names if n in text}, key=len, reverse=True)
+    # longest first (so "Ann Lee" is not renamed inside "Ann Leeds"), then by name: a set's order changes
+    # with each process's string hashing, and the pairing below must not
+    present_names = sorted({n for n in names if n in text}, key=lambda n: (-len(n), n))
     present_cities = sorted(words & cities)
     kept = {w for w in present_cities if w + "s" in words or w.endswith("s") and w[:-1] in words}
     kept |= {w for w in words - cities if w.endswith("s") and w[:-1] in cities}  # a variant and its base

@@ -517,3 +517,22 @@ def test_world_audit_script_exits_1_on_a_miss_and_2_on_a_bad_knob(capsys):
     assert script.main(["--set", "version=1", "--set", "persons=60", "--seeds", "1"]) == 1
     assert "| shape rule | 1.000 | <= 0.75 | **no** |" in capsys.readouterr().out
     assert script.main(["--set", "persns=60"]) == 2 and "persns" in capsys.readouterr().err
+
+
+def test_renamed_copies_do_not_depend_on_the_process_string_hashing():
+    """The renaming pairs names in a fixed order: two processes with different hash seeds (so
+    different set orders) write the same copy, as the same seed must give the same SFT data."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import json, random\n"
+              "from awarl.data.world import WorldConfig, generate_world, renamed_conversation\n"
+              "w = generate_world(WorldConfig(version=2, persons=60, cities=8, countries=4, seed=0))\n"
+              "names = sorted({p.name for p in w.persons})[:16]\n"
+              "cities = sorted(c for c, level in w.levels.items() if level == 'city')[:6]\n"
+              "msgs = [{'role': 'user', 'content': ' and '.join(names + cities)}]\n"
+              "print(json.dumps(renamed_conversation(w, msgs, random.Random(3), ids=True)))\n")
+    outs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3)}
+    assert len(outs) == 1
