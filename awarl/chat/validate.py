@@ -345,7 +345,7 @@ class Validator:
         wanted = set(differing_variables(findings, self.policy))
         text = " ".join(question.split())
         out: list[dict[str, Any]] = []
-        for subject in dict.fromkeys(s for _, _, s in about(question, self.policy)):
+        for subject in sorted(self._subjects(question)):
             at = text.casefold().find(subject)
             name = text[at : at + len(subject)] if at >= 0 else subject
             rivals = {var: values for var, values in self._rivals(subject, about).items() if len(values) > 1}

@@ -30,7 +30,8 @@ from awarl.data.records import Passage
 from awarl.errors import AwarlError, BackendError, ConfigError
 from awarl.llm.text import TextModel
 from awarl.verify.findings import CitationIssue, Finding, Result
-from awarl.verify.policy import nested_repeat, read_document
+from awarl.verify.policy import read_document
+from awarl.verify.regex_source import nested_repeat
 
 _CITE_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63})\]")
 _TAG_RE = re.compile(r"</?answer>", re.I)

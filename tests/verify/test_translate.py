@@ -267,7 +267,7 @@ def test_the_literal_prefilter_never_changes_a_translation(tmp_path):
 
 
 def test_required_literal_reads_only_what_every_match_holds():
-    from awarl.verify.policy import required_literal
+    from awarl.verify.regex_source import required_literal
 
     assert required_literal(r"\d+ dollars") == " dollars"
     assert required_literal("(gold|silver) member") == " member"
