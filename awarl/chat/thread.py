@@ -99,9 +99,9 @@ class Iteration:
     given: list[str] = field(default_factory=list)
     """The user's statements the VALID proof rests on (question sentences, clarification answers)."""
     trace_premises: list[str] = field(default_factory=list)
+    """Passages the agent's search returned but it did not cite, whose text the VALID proof needed."""
     recited: bool = False
     """Whether the loop replaced the reply's citations with passages its search returned (`Validation.recited`)."""
-    """Passages the agent's search returned but it did not cite, whose text the VALID proof needed."""
     generate_s: float = 0.0
     validate_s: float = 0.0
     solver_s: float = 0.0
