@@ -221,7 +221,7 @@ class Validator:
             findings, trace = self._from_trace(question, clarifications, claims, bound, evidence, returned, findings)
             premises = premise_text(question, clarifications, [*bound, *trace])
         if not namesakes and aggregate(findings) is Result.SATISFIABLE:
-            namesakes = self._asked_namesakes(question, findings)
+            namesakes = self._asked_namesakes(question, asked, findings)
         given = self._given(question, clarifications, findings)
         solver = time.perf_counter() - started
         corrections = self.corrections.all()
@@ -332,7 +332,7 @@ class Validator:
                                   "phrase": phrase, "values": [value, *sorted(map(str, others))]})
         return kept, namesakes
 
-    def _asked_namesakes(self, question: str, findings: Sequence[Finding]) -> list[dict[str, Any]]:
+    def _asked_namesakes(self, question: str, subjects: set[str], findings: Sequence[Finding]) -> list[dict[str, Any]]:
         """Namesakes of the person the question names, when the cited passages name no one: a
         SATISFIABLE answer whose missing premise the corpus gives that name several values of (a
         variable the scenarios differ on, else one a rule links to such a variable, else any). The
@@ -345,7 +345,7 @@ class Validator:
         wanted = set(differing_variables(findings, self.policy))
         text = " ".join(question.split())
         out: list[dict[str, Any]] = []
-        for subject in sorted(self._subjects(question)):
+        for subject in sorted(subjects):
             at = text.casefold().find(subject)
             name = text[at : at + len(subject)] if at >= 0 else subject
             rivals = {var: values for var, values in self._rivals(subject, about).items() if len(values) > 1}

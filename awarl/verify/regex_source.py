@@ -53,14 +53,7 @@ def required_literal(source: str) -> str:
             continue
         if c == "[":  # a character class: skip to its closing bracket
             end()
-            j = i + 1
-            if j < n and source[j] == "^":
-                j += 1
-            if j < n and source[j] == "]":
-                j += 1
-            while j < n and source[j] != "]":
-                j += 2 if source[j] == "\\" else 1
-            i = j + 1
+            i = _after_class(source, i)
             continue
         unbounded, width = _repeat_at(source, i)
         if width or c == "{":  # a quantifier makes the character before it optional or repeated
@@ -104,14 +97,7 @@ def nested_repeat(source: str) -> str | None:
             i += 2
             continue
         if c == "[":  # a character class: skip to its closing bracket
-            j = i + 1
-            if j < n and source[j] == "^":
-                j += 1
-            if j < n and source[j] == "]":
-                j += 1
-            while j < n and source[j] != "]":
-                j += 2 if source[j] == "\\" else 1
-            i = j + 1
+            i = _after_class(source, i)
             continue
         if c == "(":
             frames.append([i, False, source.startswith("(?>", i)])
@@ -135,6 +121,18 @@ def nested_repeat(source: str) -> str | None:
             continue
         i += 1
     return None
+
+
+def _after_class(source: str, i: int) -> int:
+    """The index just past the character class that opens at ``source[i]`` (``[``)."""
+    n, j = len(source), i + 1
+    if j < n and source[j] == "^":
+        j += 1
+    if j < n and source[j] == "]":
+        j += 1
+    while j < n and source[j] != "]":
+        j += 2 if source[j] == "\\" else 1
+    return j + 1
 
 
 def _repeat_at(source: str, i: int) -> tuple[bool, int]:

@@ -22,15 +22,21 @@ def world_v2(tmp_path_factory):
     return world, write_world(world, tmp_path_factory.mktemp("world-v2"))
 
 
-def _by_prompt(world):
-    """A scripted agent that knows the corpus: the gold country with its supporting passages for an
-    answerable question (the first one asked in those words: namesakes share a question), else it abstains."""
+def _asked_in(world):
+    """The world question a prompt asks (the first one in those words: namesakes share a question)."""
     first = {}
     for q in world.questions:
         first.setdefault(q.question, q)
+    return lambda prompt: first[max((t for t in first if t in prompt), key=len)]
+
+
+def _by_prompt(world):
+    """A scripted agent that knows the corpus: the gold country with its supporting passages for an
+    answerable question (the first one asked in those words: namesakes share a question), else it abstains."""
+    asked = _asked_in(world)
 
     def answer(prompt: str, n: int) -> str:
-        q = first[max((t for t in first if t in prompt), key=len)]
+        q = asked(prompt)
         if not q.answerable:
             return f"<answer>{ABSTAIN_PHRASE}</answer>"
         return f"<answer>{q.answer}</answer> " + " ".join(f"[{i}]" for i in world.supporting(q))
@@ -78,12 +84,10 @@ def test_an_agent_citing_only_the_city_is_asked_which_namesake_is_meant(world_v2
     corpus; a namesake's answer is then asked about, and served VALID only when the user's person
     makes it right."""
     world, files = world_v2
-    first = {}
-    for q in world.questions:
-        first.setdefault(q.question, q)
+    asked = _asked_in(world)
 
     def city_only(prompt: str, n: int) -> str:
-        q = first[max((t for t in first if t in prompt), key=len)]
+        q = asked(prompt)
         if not q.answerable:
             return f"<answer>{ABSTAIN_PHRASE}</answer>"
         return f"<answer>{q.answer}</answer> [{world.supporting(q)[-1]}]"
