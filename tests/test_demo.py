@@ -233,12 +233,16 @@ def test_arms_name_their_reward_and_change_only_reward_and_grpo(tmp_path):
     assert {name: arm["reward"]["kind"] for name, arm in loaded.arms.items()} == {"awa": "awa", "none": "none"}
     assert loaded.arm_train("none")["reward"]["gamma"] == loaded.train["reward"]["gamma"]  # shared, kind replaced
     assert loaded.arm_train("none")["reward"]["kind"] == "none" and loaded.train["reward"]["kind"] == "awa"
+    assert loaded.temperature == loaded.train["grpo"]["temperature"]  # p_i samples as GRPO does
+    assert DemoRecipe.load(DEFAULT_RECIPE, overrides=["grpo.temperature=0.7"]).temperature == 0.7
     swapped = DemoRecipe.load(DEFAULT_RECIPE, overrides=["arms.none.reward.kind=static"])
     assert swapped.arms["none"]["reward"]["kind"] == "static"
     raw = yaml.safe_load(DEFAULT_RECIPE.read_text())
     for arms, message in (({"awa": {"grpo": {"max_steps": 3}}}, "must name its reward kind"),
                           ({"awa": {"reward": {"kind": "awa"}, "sft": {"args": {}}}}, r"reward and grpo only, not \['sft'\]"),
-                          ({"a/b": {"reward": {"kind": "awa"}}}, "not a folder name"), ([], "must map each arm")):
+                          ({"a/b": {"reward": {"kind": "awa"}}}, "not a folder name"), ([], "must map each arm"),
+                          ({"awa": {"reward": {"kind": "awa"}, "grpo": {"temperature": 0.7}}},
+                           "may not change grpo.temperature: p_i is sampled once")):
         raw["arms"] = arms
         (tmp_path / "r.yaml").write_text(yaml.safe_dump(raw))
         with pytest.raises(DemoError, match=message):

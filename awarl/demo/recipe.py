@@ -76,6 +76,11 @@ class DemoRecipe:
                    int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path),
                    *_warm_copies(raw.get("warm_start") or {}, path), _rename_ids(raw.get("warm_start") or {}, path))
 
+    @property
+    def temperature(self) -> float:
+        """GRPO's sampling temperature (``grpo.temperature``, 1.0 by default), at which p_i is sampled too."""
+        return float((self.train.get("grpo") or {}).get("temperature", 1.0))
+
     def arm_train(self, name: str) -> dict[str, Any]:
         """The training sections of arm ``name``: the shared ones with the arm's on top."""
         return merge(self.train, self.arms[name])
@@ -108,6 +113,10 @@ def _arms(raw: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
         if unknown:
             raise DemoError(f"{path}: arms.{name} may change reward and grpo only, not {unknown}: every arm starts "
                             "from the one SFT checkpoint and p_i and runs the one agent")
+        shared = sorted({"temperature", "top_p"} & set(sections.get("grpo") or {}))
+        if shared:
+            raise DemoError(f"{path}: arms.{name} may not change grpo.{shared[0]}: p_i is sampled once, at the "
+                            "recipe's grpo sampling settings, for every arm")
     return {str(k): copy.deepcopy(v) for k, v in arms.items()}
 
 

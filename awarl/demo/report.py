@@ -86,6 +86,7 @@ def capability_section(path: Path, world_json: Path | None = None) -> dict[str, 
     return {
         **asdict(summarize(path)),
         "k": max(((row.get("capability") or {}).get("k", 0) for row in rows), default=0),
+        "temperature": next(((row.get("capability") or {}).get("temperature", 1.0) for row in rows), 1.0),
         "mean_p_answerable": sum(answerable) / len(answerable) if answerable else 0.0,
         "histogram": dict(sorted(hist.items(), key=lambda kv: float(kv[0]))),
         "spread": ([asdict(c) for c in base_spread(path, world_json).checks]
@@ -302,8 +303,8 @@ def report_markdown(m: dict[str, Any]) -> str:
         "### Refusal by p_i (held-out questions, binned by the SFT checkpoint's p_i value)", "",
         *_refusal_by_p_table(m),
         "## Capability p_i of the SFT checkpoint", "",
-        f"K = {m['capability']['rl']['k']} sampled rollouts per question at temperature 1, same rollout settings as "
-        "training and evaluation.", "",
+        f"K = {m['capability']['rl']['k']} sampled rollouts per question at temperature "
+        f"{m['capability']['rl'].get('temperature', 1.0):g} (GRPO's), same rollout settings as training and evaluation.", "",
         *_capability_table(m["capability"]), "", *_spread_table(m["capability"]),
         "## GRPO", "", *_grpo_lines(m), "",
         "The **penalty P_t** is the AWA reward's dynamic correction, subtracted from the abstain reward: it turns "

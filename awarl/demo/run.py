@@ -271,9 +271,9 @@ class Demo:
         for split in ("rl", "eval"):
             n = len(load_records(self.paths.records(split)))
             out = self.paths.p_file(split)
-            self.display.start(f"p_i ({split})", n, f"K={self.recipe.k} at T=1")
+            self.display.start(f"p_i ({split})", n, f"K={self.recipe.k} at T={self.recipe.temperature:g}")
             config = CapabilityConfig(model=str(self.paths.sft / "final"), data=self.paths.records(split), out=out,
-                                      rollout=self.rollout, k=self.recipe.k, temperature=1.0, corpus=self.paths.corpus,
+                                      rollout=self.rollout, k=self.recipe.k, temperature=self.recipe.temperature, corpus=self.paths.corpus,
                                       seed=self.seed, backend_options={"device": "cpu"})
             with self.timed("p_i"), follow_lines(out, self.display, n):
                 estimate(config, progress=False)

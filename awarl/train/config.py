@@ -209,6 +209,11 @@ class TrainConfig:
         recipe has one, else model.path."""
         return str(self.sft_final()) if self.sft.enabled else self.model.path
 
+    def sampling_temperature(self) -> float:
+        """The temperature GRPO samples its rollouts at (``grpo.temperature``, TRL's default 1.0): p_i is
+        measured at it too, so that it describes the policy training samples from."""
+        return float(self.grpo.get("temperature", 1.0))
+
     def hyperparameters(self) -> dict[str, Any]:
         """Flat ``section/field`` values for tensorboard / wandb hparams and reports."""
         flat: dict[str, Any] = {}

@@ -100,6 +100,12 @@ def _check_measured(path: str, lineno: int, measured: dict[str, Any], config: Tr
     if diff:
         raise ConfigError(f"{path}, line {lineno}: p_i was measured under other rollout settings than this recipe's "
                           f"({'; '.join(diff)}; recipe vs measured). {fix}")
+    temperature = measured.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) \
+            and abs(float(temperature) - config.sampling_temperature()) > 1e-9:
+        raise ConfigError(f"{path}, line {lineno}: p_i was sampled at temperature {temperature:g}, but GRPO samples at "
+                          f"grpo.temperature {config.sampling_temperature():g}. Re-estimate with --temperature "
+                          f"{config.sampling_temperature():g} (a new --out), or change the recipe back.")
     model = measured.get("model")
     if isinstance(model, str) and not same_checkpoint(model, config.grpo_start()):
         raise ConfigError(f"{path}, line {lineno}: p_i was measured on {model!r}, but GRPO starts from "

@@ -123,10 +123,10 @@ def test_capability_measured_under_other_settings_is_refused(train_files, tmp_pa
     cfg = TrainConfig.from_yaml(TINY_RECIPE, [f"data.records={train_files['records_nop']}"])
     rows = [json.loads(line) for line in train_files["records_nop"].read_text().splitlines()]
 
-    def write(rollout, model):
+    def write(rollout, model, temperature=1.0):
         path = tmp_path / "cap.jsonl"
         path.write_text("".join(json.dumps({"id": r["id"], "p": 0.5, "capability": {
-            "k": 4, "model": model, "temperature": 1.0, "rollout": rollout.resolved()}}) + "\n" for r in rows))
+            "k": 4, "model": model, "temperature": temperature, "rollout": rollout.resolved()}}) + "\n" for r in rows))
         return TrainConfig.from_yaml(TINY_RECIPE, [f"data.records={train_files['records_nop']}",
                                                    f"data.capability={path}"])
 
@@ -138,6 +138,11 @@ def test_capability_measured_under_other_settings_is_refused(train_files, tmp_pa
     base = write(cfg.rollout, "runs/tiny/model")
     with pytest.raises(ConfigError, match="measured on 'runs/tiny/model', but GRPO starts from 'runs/tiny/sft/final'"):
         load_training_records(base)
+    colder = write(cfg.rollout, cfg.grpo_start(), temperature=0.7)
+    assert cfg.sampling_temperature() == 1.0
+    with pytest.raises(ConfigError, match=r"sampled at temperature 0.7, but GRPO samples at grpo.temperature 1\. "
+                                          r"Re-estimate with --temperature 1"):
+        load_training_records(colder)
 
 
 def test_missing_capability_refuses_to_start_with_the_fix(train_files):
