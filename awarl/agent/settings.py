@@ -8,8 +8,8 @@ a recipe holds them in its ``rollout:`` section, ``awarl capability estimate`` a
 run`` take them from ``--config recipe.yaml`` (or options generated from this class), every
 output records them, and a stage handed an output measured under other settings refuses it.
 
-Sampling is not part of the agent: p_i samples at T = 1, GRPO at the recipe's temperature and
-evaluation greedily, each stage with its own option.
+Sampling is not part of the agent: p_i samples at GRPO's temperature (``grpo.temperature``, which
+`awarl train grpo` checks against the capability rows), evaluation greedily.
 
 Names, one meaning each:
 

@@ -26,7 +26,7 @@ def estimate_command(
     data: Path = typer.Option(..., "--data", help="records.jsonl to estimate (from `awarl data prepare`)."),
     out: Path = typer.Option(..., "--out", help="Output JSONL (records + p + capability); resumed if it exists."),
     k: int = typer.Option(8, "--k", help="Rollouts per query."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (GRPO samples at 1.0)."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (the recipe's grpo.temperature: GRPO refuses p_i sampled at another)."),
     shard: str = typer.Option(None, "--shard", help="i/n: estimate every n-th record from i; writes OUT.shard{i}of{n}.jsonl."),
     concurrency: int = typer.Option(64, "--concurrency", help="Rollouts in flight at once."),
     chunk: int = typer.Option(None, "--chunk", help="Queries per chunk, the unit of resume (default: 4 x concurrency / k)."),

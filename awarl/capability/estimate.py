@@ -22,7 +22,7 @@ class CapabilityConfig(StageConfig):
     (a shard's file when ``shard`` is set)."""
 
     temperature: float = 1.0
-    """Sampling temperature of the rollouts (GRPO samples at 1.0)."""
+    """Sampling temperature of the rollouts (GRPO's ``grpo.temperature``: GRPO refuses p_i sampled at another)."""
     k: int = 8
     """Rollouts per query."""
     shard: tuple[int, int] | None = None
