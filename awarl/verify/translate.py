@@ -100,6 +100,7 @@ class PatternTranslator:
             raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
         self.timeout_ms = timeout_ms
         self.prefilter = prefilter
+        self._tables: dict[int, tuple[Policy, list[tuple[Any, list[tuple[int, Any, str]]]]]] = {}
 
     def translate(self, question: str, answer: str, policy: Policy) -> list[Translation | Ambiguity]:
         deadline = time.monotonic() + self.timeout_ms / 1000.0
@@ -150,9 +151,9 @@ class PatternTranslator:
     def _read(self, sentence: str, policy: Policy, deadline: float) -> list[_Match]:
         found: list[_Match] = []
         folded = sentence.casefold()
-        for var in policy.variables:
-            for j, pattern in enumerate(var.patterns):
-                if self.prefilter and pattern.literal() not in folded:
+        for var, table in self._table(policy):
+            for j, pattern, literal in table:
+                if literal not in folded:
                     continue
                 m = self._search(pattern, sentence, deadline, f"variable '{var.name}', patterns[{j}]")
                 if not m:
@@ -168,6 +169,16 @@ class PatternTranslator:
                 found.append(_Match(var.name, value, var.role, m.group(0), subject_key(subject) if subject else None))
                 break
         return found
+
+    def _table(self, policy: Policy) -> list[tuple[Any, list[tuple[int, Any, str]]]]:
+        """Each variable with its patterns and the text each needs (`Pattern.literal`; "" with the
+        prefilter off), built once per policy: a world policy has hundreds of patterns a sentence."""
+        entry = self._tables.get(id(policy))
+        if entry is None or entry[0] is not policy:
+            table = [(var, [(j, p, p.literal() if self.prefilter else "") for j, p in enumerate(var.patterns)])
+                     for var in policy.variables]
+            entry = self._tables[id(policy)] = (policy, table)
+        return entry[1]
 
     def _search(self, pattern: Any, sentence: str, deadline: float, where: str) -> Any:
         left = deadline - time.monotonic()

@@ -195,3 +195,46 @@ def test_satisfiable_scenarios_really_make_the_claims_true_and_false(rule_exprs,
         goal = policy.parse(claim)
         s.add(goal if scenario is f.claims_true_scenario else z3.Not(goal))
         assert s.check() == want
+
+
+@FAST
+@given(st.lists(rules, max_size=6), st.lists(atoms, max_size=2), atoms)
+def test_the_closest_false_scenario_keeps_as_many_values_as_an_optimizer_can(rule_exprs, premises, claim):
+    """The core-guided search of a SATISFIABLE finding's claims-false scenario is exact: it keeps as
+    many of the claims-true model's values as z3's MaxSAT optimizer does, on the solver it is given."""
+    from awarl.verify.reasoner import _Clock
+
+    policy = _policy(rule_exprs)
+    reasoner = Reasoner(policy)
+    P, goal = [policy.parse(p) for p in premises], policy.parse(claim)
+    s = reasoner._solver()
+    s.add(*P, goal)
+    if s.check(*reasoner._lits) != z3.sat:
+        return
+    true_model = s.model()
+    base = reasoner._solver()
+    base.add(*P)
+    closest = reasoner._closest(base, z3.Not(goal), true_model, _Clock(5000))
+    opt = z3.Optimize(ctx=policy.ctx)
+    opt.add(*policy.compiled.values(), *P, z3.Not(goal))
+    consts = [policy.consts[v.name] for v in policy.variables]
+    for c in consts:
+        opt.add_soft(c == true_model.eval(c, model_completion=True))
+    if opt.check() != z3.sat:
+        assert closest is None
+        return
+
+    def kept(m):
+        return sum(z3.is_true(m.eval(c == true_model.eval(c, model_completion=True), model_completion=True)) for c in consts)
+
+    assert closest is not None and z3.is_true(closest.eval(z3.Not(goal), model_completion=True))
+    assert kept(closest) == kept(opt.model())
+    assert base.num_scopes() == 0  # the search leaves the solver as it found it
+
+
+def test_the_smallest_hitting_set_meets_every_conflict():
+    from awarl.verify.reasoner import _smallest_hitting_set
+
+    assert _smallest_hitting_set([]) == set()
+    assert _smallest_hitting_set([{0, 1}, {1, 2}]) == {1}
+    assert _smallest_hitting_set([{0}, {2, 3}, {3, 4}]) == {0, 3}
