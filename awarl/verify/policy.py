@@ -341,6 +341,10 @@ class Policy:
             return float(val.as_fraction())
         if z3.is_algebraic_value(val):
             return float(val.approx(12).as_fraction())
+        if z3.is_app(val) and val.num_args() == 0 and val.decl().kind() == z3.Z3_OP_DT_CONSTRUCTOR:
+            value = val.decl().name()  # an enum value: its name, without z3's printer (0.25 ms a call)
+            if value.isidentifier():
+                return value
         return str(val)
 
     def variables_in(self, exprs: Sequence[z3.ExprRef]) -> list[str]:
