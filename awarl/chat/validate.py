@@ -361,8 +361,7 @@ class Validator:
         """Each variable → the variables it shares a rule with (computed once per validator)."""
         if self._links is None:
             self._links = {}
-            for expr in self.policy.compiled.values():
-                names = set(self.policy.variables_in([expr]))
+            for names in self.policy.rule_variables.values():
                 for n in names:
                     self._links.setdefault(n, set()).update(names - {n})
         return self._links

@@ -23,7 +23,9 @@ repeat (``(a+)+``, the classic catastrophic-backtracking shape) is refused at lo
 
 from __future__ import annotations
 
+import copy
 import functools
+import hashlib
 import json
 import math
 import re
@@ -137,6 +139,8 @@ class Policy:
     consts: dict[str, z3.ExprRef] = field(default_factory=dict, repr=False)
     enum_values: dict[str, str] = field(default_factory=dict, repr=False)  # value name -> type name
     compiled: dict[str, z3.BoolRef] = field(default_factory=dict, repr=False)
+    rule_variables: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
+    """The variables each rule names (by rule id), read by the sort checker at load time."""
     _parsed: dict[str, z3.BoolRef] = field(default_factory=dict, init=False, repr=False)
     _variable: dict[str, Variable] = field(default_factory=dict, init=False, repr=False)
     _kind: dict[str, str] = field(default_factory=dict, init=False, repr=False)
@@ -157,6 +161,7 @@ class Policy:
                 raise PolicyError(self.source, where, "duplicate rule id")
             self._rule[rule.id] = rule
             checked = self._check(rule.expression, where)
+            self.rule_variables[rule.id] = frozenset(checked.variables)
             variables |= checked.variables
             types |= checked.types
         self._build_rules(variables, types)
@@ -434,11 +439,22 @@ def read_document(path: str | Path) -> Any:
         raise PolicyError(source, "file", "is a folder; give a YAML or JSON file") from None
     except OSError as exc:
         raise PolicyError(source, "file", f"cannot read: {exc.strerror or exc}") from None
+    key = hashlib.sha256(raw).digest()
+    if key in _DOCUMENTS:  # the chat server loads one policy copy per worker: parse the file once
+        return copy.deepcopy(_DOCUMENTS[key])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PolicyError(source, f"byte {exc.start}", f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8") from None
-    return _read_document(text, source)
+    document = _read_document(text, source)
+    if len(_DOCUMENTS) >= 32:
+        _DOCUMENTS.pop(next(iter(_DOCUMENTS)))
+    _DOCUMENTS[key] = copy.deepcopy(document)
+    return document
+
+
+_DOCUMENTS: dict[bytes, Any] = {}
+"""Parsed documents by the SHA-256 of their bytes (the 32 latest): a changed file is parsed anew."""
 
 
 def _read_document(text: str, source: str) -> Any:

@@ -87,6 +87,19 @@ def test_unreadable_files_are_clear_errors(tmp_path):
         load_policy(bad)
 
 
+def test_a_policy_file_is_parsed_once_and_each_load_gets_its_own_copy(tmp_path):
+    from awarl.verify.policy import read_document
+
+    path = tmp_path / "p.yaml"
+    path.write_text((POLICIES / "pricing.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    first = read_document(path)
+    first["rules"].clear()  # a caller changing its copy changes nobody else's
+    assert read_document(path)["rules"] and len(load_policy(path).rules) == len(load_policy(POLICIES / "pricing.yaml").rules)
+    one_rule = {**read_document(path), "rules": read_document(path)["rules"][:1]}
+    path.write_text(json.dumps(one_rule), encoding="utf-8")
+    assert len(read_document(path)["rules"]) == 1  # new bytes: parsed anew
+
+
 def test_premise_parse_errors_name_the_expression(loan):
     with pytest.raises(PolicyError, match=r"premise 0: unknown variable 'salary'"):
         Reasoner(loan).check_expressions(["(> salary 3)"], ["approved"])
@@ -124,6 +137,9 @@ def test_shipped_policies_load_and_lint_clean(name):
     assert not [i for i in lint(policy) if i.severity != "info"]
     if name == "benefits":
         assert len(policy.rules) >= 100
+    # each rule's variables, as the sort checker read them, are those its Z3 term holds
+    assert {r.id: set(policy.variables_in([policy.compiled[r.id]])) for r in policy.rules} == \
+        {r.id: set(policy.rule_variables[r.id]) for r in policy.rules}
 
 
 def test_benefits_policy_is_up_to_date_with_its_generator():
