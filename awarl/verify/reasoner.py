@@ -191,11 +191,12 @@ class Reasoner:
             z3.Z3_solver_assert(ref, s.solver, ast)
         return s
 
-    def _check(self, s: z3.Solver, rule_indexes: Sequence[int]) -> z3.CheckSatResult:
-        """``s.check(*lits)`` through Z3's C API: z3py's per-argument casts cost more than the
+    def _check(self, s: z3.Solver, rule_indexes: Sequence[int], extra: Sequence[z3.BoolRef] = ()) -> z3.CheckSatResult:
+        """``s.check(*lits, *extra)`` through Z3's C API: z3py's per-argument casts cost more than the
         check itself on a policy of a hundred rules."""
-        asts = (z3.Ast * len(rule_indexes))(*[self._lit_asts[i] for i in rule_indexes])
-        return z3.CheckSatResult(z3.Z3_solver_check_assumptions(self.policy.ctx.ref(), s.solver, len(rule_indexes), asts))
+        lits = [*(self._lit_asts[i] for i in rule_indexes), *(e.as_ast() for e in extra)]
+        asts = (z3.Ast * len(lits))(*lits)
+        return z3.CheckSatResult(z3.Z3_solver_check_assumptions(self.policy.ctx.ref(), s.solver, len(lits), asts))
 
     def _run(self, s: z3.Solver, clock: _Clock, what: str, assume: Sequence[z3.BoolRef] | None = None) -> z3.CheckSatResult:
         left = clock.left_ms()
@@ -235,7 +236,6 @@ class Reasoner:
         of variables that hits every conflict found so far is let go; an unsat check names a new
         conflict (its core of kept values). A few checks on the solver at hand, where an
         ``Optimize`` rebuilt from the rules took ~50 ms a finding on a world policy."""
-        ctx = self.policy.ctx
         s.push()
         try:
             s.add(goal)
@@ -248,11 +248,8 @@ class Reasoner:
                 if left <= 0:
                     return None
                 drop = _smallest_hitting_set(conflicts)
-                kept = [i for i in range(len(self._keep)) if i not in drop]
                 s.set("timeout", left)
-                asts = [*self._lit_asts, *(self._keep[i].as_ast() for i in kept)]
-                result = z3.CheckSatResult(z3.Z3_solver_check_assumptions(ctx.ref(), s.solver, len(asts),
-                                                                          (z3.Ast * len(asts))(*asts)))
+                result = self._check(s, range(len(self._lits)), [k for i, k in enumerate(self._keep) if i not in drop])
                 if result == z3.sat:
                     return s.model()
                 if result != z3.unsat:
@@ -343,13 +340,34 @@ def check(policy: Policy, question: str, answer: str, translator: Translator, *,
     return findings
 
 
-def _smallest_hitting_set(sets: Sequence[set[int]]) -> set[int]:
+def _smallest_hitting_set(sets: Sequence[set[int]], budget: int = 20_000) -> set[int]:
     """A smallest set meeting every one of ``sets`` (the first in sorted order among equals), chosen from
-    their union: the variables a closest scenario lets go."""
+    their union: the variables a closest scenario lets go. Past ``budget`` candidates (large conflicts
+    on a policy of many variables) a greedy one: still a hitting set, so the scenario stays correct,
+    only perhaps not the closest."""
     pool = sorted(set().union(*sets)) if sets else []
+    tried = 0
     for size in range(len(pool) + 1):
         for pick in itertools.combinations(pool, size):
             chosen = set(pick)
             if all(chosen & s for s in sets):
                 return chosen
+            tried += 1
+            if tried > budget:
+                return _greedy_hitting_set(sets)
     return set(pool)
+
+
+def _greedy_hitting_set(sets: Sequence[set[int]]) -> set[int]:
+    """Repeatedly the element in the most sets not yet met (the smallest index among equals)."""
+    chosen: set[int] = set()
+    left = list(sets)
+    while left:
+        counts: dict[int, int] = {}
+        for s in left:
+            for i in s:
+                counts[i] = counts.get(i, 0) + 1
+        best = min(counts, key=lambda i: (-counts[i], i))
+        chosen.add(best)
+        left = [s for s in left if best not in s]
+    return chosen

@@ -238,3 +238,6 @@ def test_the_smallest_hitting_set_meets_every_conflict():
     assert _smallest_hitting_set([]) == set()
     assert _smallest_hitting_set([{0, 1}, {1, 2}]) == {1}
     assert _smallest_hitting_set([{0}, {2, 3}, {3, 4}]) == {0, 3}
+    many = [{i, i + 1} for i in range(0, 60, 2)]  # 30 disjoint pairs: the smallest set has 30 elements
+    greedy = _smallest_hitting_set(many, budget=100)
+    assert all(greedy & s for s in many) and len(greedy) == 30
