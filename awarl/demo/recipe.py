@@ -79,7 +79,9 @@ class DemoRecipe:
     @property
     def temperature(self) -> float:
         """GRPO's sampling temperature (``grpo.temperature``, 1.0 by default), at which p_i is sampled too."""
-        return float((self.train.get("grpo") or {}).get("temperature", 1.0))
+        from awarl.train.config import grpo_temperature
+
+        return grpo_temperature(self.train.get("grpo") or {})
 
     def arm_train(self, name: str) -> dict[str, Any]:
         """The training sections of arm ``name``: the shared ones with the arm's on top."""

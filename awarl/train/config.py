@@ -212,7 +212,7 @@ class TrainConfig:
     def sampling_temperature(self) -> float:
         """The temperature GRPO samples its rollouts at (``grpo.temperature``, TRL's default 1.0): p_i is
         measured at it too, so that it describes the policy training samples from."""
-        return float(self.grpo.get("temperature", 1.0))
+        return grpo_temperature(self.grpo)
 
     def hyperparameters(self) -> dict[str, Any]:
         """Flat ``section/field`` values for tensorboard / wandb hparams and reports."""
@@ -354,3 +354,9 @@ def apply_override(raw: dict[str, Any], item: str) -> None:
 
 
 _SECTIONS.update({"model": ModelConfig, "data": DataConfig, "sft": SFTSection, "logging": LoggingConfig})
+
+
+def grpo_temperature(grpo: dict[str, Any]) -> float:
+    """The sampling temperature of a recipe's ``grpo:`` section (TRL's default 1.0): the one reading
+    behind `TrainConfig.sampling_temperature` and the demo's p_i stage."""
+    return float(grpo.get("temperature", 1.0))
