@@ -279,6 +279,7 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
         SummaryCallback,
         configure_logging,
     )
+    from awarl.train.lm_head import use_plain_lm_head
     from awarl.train.rollout_checks import guard_rollouts
 
     config.check_trainer_fields()
@@ -312,6 +313,10 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
         peft_config=peft_config(config),
         callbacks=callbacks,
     )
+    # on CPU: TRL's tiled head is most of a tiny model's training forward and backward
+    for scored in (trainer.model, trainer.ref_model):
+        if scored is not None:
+            use_plain_lm_head(scored, temperature=trainer.temperature)
     freeze_penalty_during_evaluation(trainer, stateful)
     if config.reward.adaptive_p:
         _check_probe_can_generate(trainer)

@@ -230,6 +230,7 @@ def build_trainer(config: TrainConfig, output_dir: str | Path, on_log: Callable[
 
     from awarl.train.callbacks import SummaryCallback, configure_logging
     from awarl.train.grpo import load_model_and_tokenizer, peft_config
+    from awarl.train.lm_head import use_plain_lm_head
 
     config.check_trainer_fields()
     configure_logging(config.logging, output_dir)
@@ -241,7 +242,7 @@ def build_trainer(config: TrainConfig, output_dir: str | Path, on_log: Callable[
                         "or there are none); check sft.source and its inputs")
     dataset = to_dataset(data.conversations, [search_tool_schema()])
     model, tokenizer = load_model_and_tokenizer(config, config.sft.init_from or config.model.path)
-    return SFTTrainer(
+    trainer = SFTTrainer(
         model=model,
         args=sft_args(config, str(output_dir)),
         train_dataset=dataset,
@@ -249,6 +250,8 @@ def build_trainer(config: TrainConfig, output_dir: str | Path, on_log: Callable[
         peft_config=peft_config(config),
         callbacks=[SummaryCallback(prefix="sft", printer=on_log)] if config.logging.summary else [],
     )
+    use_plain_lm_head(trainer.model)  # on CPU: TRL's tiled head is most of a tiny model's step
+    return trainer
 
 
 def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[str], None] | None = None,
