@@ -56,6 +56,7 @@ def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
     saved = json.loads((out / "metrics.json").read_text())
     _all_finite(saved)
     assert list(saved["arms"]) == ["awa", "none"]
+    assert saved["workers"] == (2 if (os.cpu_count() or 1) >= 2 else 1)  # arms, shards, evaluations in workers
     assert [arm["reward"]["kind"] for arm in saved["arms"].values()] == ["awa", "none"]
     for run in (saved["before_rl"], *(arm["after_rl"] for arm in saved["arms"].values())):
         for key in ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall", "over_refusal"):

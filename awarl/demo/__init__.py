@@ -20,7 +20,8 @@ and evaluation measure the same agent. The terminal shows one progress display; 
 libraries print goes to ``demo.log``. ``demo.json`` is the manifest the chatbot reads.
 
 Modules: `recipe` (the recipe, ``--quick`` / ``--set``, the settings a folder was started with),
-`run` (the folder's paths, the display and the stages), `report` (metrics.json and report.md),
+`run` (the folder's paths, the display and the stages), `parallel` (a stage's jobs in worker
+processes, ``--workers``), `report` (metrics.json and report.md),
 `plots`, and `cli` (the ``awarl demo`` command).
 """
 

@@ -19,6 +19,9 @@ def demo_command(
                                 show_default="configs/demo_world.yaml"),
     until: str = typer.Option(None, "--until", help=f"Stop after this stage: {', '.join(STAGES)}."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress display (stage lines only)."),
+    workers: int = typer.Option(None, "--workers", min=1, help="Jobs of one stage (p_i shards, GRPO arms, evaluations) "
+                                "run at once, each in its own process with its share of the CPUs; 1: all in this "
+                                "process.", show_default="2 on a machine with 2 or more CPUs"),
     overrides: list[str] = typer.Option(None, "--set", help="Override a recipe field: section.field=value (repeatable; "
                                         "value is YAML), e.g. --set sft.args.max_steps=500."),
 ) -> None:
@@ -27,4 +30,4 @@ def demo_command(
     if out is None:  # the two sizes never share a folder (a folder holds one world)
         out = Path("runs/demo-quick" if quick else "runs/demo")
     run_demo(out, quick=quick, seed=seed, recipe=recipe, progress=not no_progress, until=until,
-             overrides=overrides or ())
+             overrides=overrides or (), workers=workers)

@@ -149,7 +149,7 @@ def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> d
     arms = {name: arm_section(demo, name, results[name], before_rows) for name in demo.arms}
     steps = {name: arm.pop("steps") for name, arm in arms.items()}
     metrics = {
-        "mode": "quick" if demo.quick else "full", "seed": demo.seed, "world": world.stats(),
+        "mode": "quick" if demo.quick else "full", "seed": demo.seed, "workers": demo.workers, "world": world.stats(),
         "warm_start_abstain_share": demo.recipe.abstain_share, "rollout": demo.rollout.to_dict(),
         "capability": {split: capability_section(p.p_file(split), p.world / "world.json" if world.config.version >= 2
                                                  else None) for split in ("rl", "eval")},
@@ -315,7 +315,8 @@ def report_markdown(m: dict[str, Any]) -> str:
         "## Quality checks", "",
         *(f"- {name}: {c['value']:.3f} (floor {c['floor']}) — {'passed' if c['passed'] else '**missed**'}"
           for name, c in m["checks"].items()), "",
-        "## Time (seconds, this machine)", "", *(f"- {k}: {v}" for k, v in m["timings_s"].items()), "",
+        f"## Time (seconds, this machine, workers: {m.get('workers', 1)})", "",
+        *(f"- {k}: {v}" for k, v in m["timings_s"].items()), "",
     ]
     if m["warnings"]:
         lines += ["## Warnings", "", *(f"- {w}" for w in m["warnings"]), ""]

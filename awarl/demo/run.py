@@ -93,16 +93,20 @@ class Display:
 
 
 @contextmanager
-def follow_lines(path: Path, display: Display, total: int, every: float = 1.0) -> Iterator[None]:
-    """Move the stage bar with the line count of a JSONL file another stage appends to."""
+def follow_lines(paths: Path | Sequence[Path], display: Display, total: int, every: float = 1.0) -> Iterator[None]:
+    """Move the stage bar with the line count of the JSONL files other stages (or workers) append to."""
     stop = threading.Event()
+    paths = [paths] if isinstance(paths, Path) else list(paths)
 
-    def count() -> int:
+    def lines(path: Path) -> int:
         try:
             with path.open("rb") as f:
                 return sum(1 for _ in f)
         except OSError:
             return 0
+
+    def count() -> int:
+        return sum(lines(path) for path in paths)
 
     def loop() -> None:
         while not stop.wait(every):
@@ -127,6 +131,8 @@ class Demo:
     display: Display
     quick: bool
     seed: int
+    workers: int = 1
+    """Jobs of one stage (p_i shards, GRPO arms, evaluations) run at once (`awarl.demo.parallel`)."""
     timings: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -265,7 +271,7 @@ class Demo:
                           f"{losses[-1] if losses else float('nan'):.3f}")
 
     def capability_stage(self) -> None:
-        from awarl.capability import CapabilityConfig, estimate, summarize
+        from awarl.capability import CapabilityConfig, summarize
         from awarl.data.records import load_records
 
         for split in ("rl", "eval"):
@@ -275,8 +281,8 @@ class Demo:
             config = CapabilityConfig(model=str(self.paths.sft / "final"), data=self.paths.records(split), out=out,
                                       rollout=self.rollout, k=self.recipe.k, temperature=self.recipe.temperature, corpus=self.paths.corpus,
                                       seed=self.seed, backend_options={"device": "cpu"})
-            with self.timed("p_i"), follow_lines(out, self.display, n):
-                estimate(config, progress=False)
+            with self.timed("p_i"):
+                self.estimate_split(config, n)
             summary = summarize(out)
             self.display.print(f"  p_i ({split}): mean {summary.mean_p:.2f} over {summary.queries} questions; "
                                f"unparsable {summary.unparsable:.0%} of rollouts")
@@ -297,23 +303,67 @@ class Demo:
                           "recipe (the world v2 model reads its search results after ~800 steps); rerun with a new --out.")
         self.display.done("p_i: estimated on the RL and held-out splits")
 
+    def estimate_split(self, config: Any, n: int) -> None:
+        """p_i of one split: in this process, or in ``workers`` shards merged into ``config.out`` (a
+        split begun in one process resumes in one)."""
+        from dataclasses import replace
+
+        from awarl.capability import estimate
+        from awarl.capability.shards import merge, shard_path
+        from awarl.demo.parallel import Job, run_jobs
+
+        if self.workers <= 1 or config.out.exists():
+            with follow_lines(config.out, self.display, n):
+                estimate(config, progress=False)
+            return
+        shards = [shard_path(config.out, i, self.workers) for i in range(self.workers)]
+        jobs = [Job(f"p_i shard {i}/{self.workers}", estimate, {"config": replace(config, shard=(i, self.workers)),
+                                                                "progress": False}) for i in range(self.workers)]
+        with follow_lines(shards, self.display, n):
+            run_jobs(jobs, self.workers)
+        merge(shards, config.out, data=config.data)
+        for shard in shards:
+            shard.unlink()
+
     def grpo_stage(self) -> None:
+        todo = [arm for arm in self.arms if not (self.paths.arm(arm) / "final" / "config.json").exists()]
         for arm in self.arms:
-            if (self.paths.arm(arm) / "final" / "config.json").exists():
+            if arm not in todo:
                 self.display.done(f"grpo ({arm}): reused")
-                continue
-            with self.timed(f"grpo ({arm})"):
-                config = self.train_arm(arm)
+        if self.workers > 1 and len(todo) > 1:
+            configs = self.train_arms_at_once(todo)
+        else:
+            configs = {}
+            for arm in todo:
+                with self.timed(f"grpo ({arm})"):
+                    configs[arm] = self.train_arm(arm)
+        for arm, config in configs.items():
             self.display.done(f"grpo ({arm}, reward {config.reward.kind}): {config.grpo.get('max_steps')} steps "
                               f"({generation_batches(config)} generation batches of {prompts_per_batch(config)} "
                               f"prompts x {config.grpo.get('num_generations')})")
 
+    def train_arms_at_once(self, arms: Sequence[str]) -> dict[str, Any]:
+        """`train_arm` for several arms at once, one worker process each (``workers`` at a time)."""
+        from awarl.demo.parallel import Job, run_jobs, train_grpo
+
+        configs, jobs, logs = {}, [], []
+        for arm in arms:
+            config = configs[arm] = self.train_config(arm=arm)
+            folder = self.paths.arm(arm)
+            config.output_dir = str(folder)
+            resume = latest_checkpoint(folder)
+            jobs.append(Job(f"grpo ({arm})", train_grpo, {"config": config, "folder": folder,
+                                                          "resume": str(resume) if resume else None}))
+            logs.append(folder / "metrics_log.jsonl")
+        total = sum(int(c.grpo.get("max_steps", 0)) for c in configs.values())
+        self.display.start(f"grpo ({', '.join(arms)})", total, f"{min(self.workers, len(arms))} processes")
+        with self.timed(f"grpo ({' + '.join(arms)} at once)"), follow_lines(logs, self.display, total):
+            run_jobs(jobs, self.workers)
+        return configs
+
     def train_arm(self, arm: str, changes: dict[str, Any] | None = None, folder: Path | None = None):
         """GRPO from the SFT checkpoint and p_i under arm ``arm``'s recipe (with ``changes`` on top), into
         ``folder`` (default ``grpo/<arm>``), resuming from its last checkpoint; returns its TrainConfig."""
-        from awarl.train import grpo
-        from awarl.train.callbacks import MetricsLog
-
         config = self.train_config(arm=arm, changes=changes)
         folder = folder or self.paths.arm(arm)
         config.output_dir = str(folder)
@@ -327,32 +377,45 @@ class Demo:
                 ("awa/accuracy", "acc")) if isinstance(row.get(key), (int, float)))
             self.display.update(completed=step, info=info)
 
-        grpo.main(config, resume=str(resume) if resume else None, output_dir=str(folder),
-                  extra_callbacks=[MetricsLog(folder / "metrics_log.jsonl", on_log)])
+        from awarl.demo.parallel import train_grpo
+
+        train_grpo(config, folder, str(resume) if resume else None, on_log)
         return config
 
     def evaluate(self, model: Path, out: Path, label: str) -> dict[str, Any]:
         """Greedy evaluation of ``model`` on the held-out records (with the SFT checkpoint's p_i), resumable;
         returns the run's metrics."""
-        from awarl.eval.run import EvalConfig, run_eval
+        from awarl.eval.run import run_eval
 
-        data = self.eval_records_with_p()
-        with data.open(encoding="utf-8") as f:
-            n = sum(1 for _ in f)
-        self.display.start(f"eval ({label})", n, "greedy")
-        config = EvalConfig(model=str(model), data=data, out=out, name=label, rollout=self.rollout,
-                            corpus=self.paths.corpus, temperature=0.0, seed=self.seed, backend_options={"device": "cpu"})
-        with follow_lines(out / "trajectories.jsonl", self.display, n):
+        config = self.eval_config(model, out, label)
+        self.display.start(f"eval ({label})", self.eval_count(), "greedy")
+        with follow_lines(out / "trajectories.jsonl", self.display, self.eval_count()):
             return run_eval(config, progress=False).metrics
+
+    def eval_config(self, model: Path, out: Path, label: str) -> Any:
+        """Greedy evaluation of ``model`` on the held-out records (with the SFT checkpoint's p_i)."""
+        from awarl.eval.run import EvalConfig
+
+        return EvalConfig(model=str(model), data=self.eval_records_with_p(), out=out, name=label,
+                          rollout=self.rollout, corpus=self.paths.corpus, temperature=0.0, seed=self.seed,
+                          backend_options={"device": "cpu"})
+
+    def eval_count(self) -> int:
+        with self.eval_records_with_p().open(encoding="utf-8") as f:
+            return sum(1 for _ in f)
 
     def eval_stage(self) -> dict[str, Any]:
         """The SFT checkpoint ("before RL") and every arm on the held-out questions, keyed sft / arm name."""
-        results = {}
         runs = [("sft", self.paths.sft / "final", "before RL")]
         runs += [(arm, self.paths.arm(arm) / "final", f"after RL ({arm})") for arm in self.arms]
+        if self.workers > 1:
+            results = self.evaluate_at_once(runs)
+        else:
+            results = {}
+            for name, model, label in runs:
+                with self.timed("eval"):
+                    results[name] = self.evaluate(model, self.paths.eval / name, label)
         for name, model, label in runs:
-            with self.timed("eval"):
-                results[name] = self.evaluate(model, self.paths.eval / name, label)
             o = results[name]["overall"]
             self.display.print(f"  {label}: precision {o['precision']:.2f}, accuracy {o['accuracy']:.2f}, "
                                f"RA-F1 {o['ra_f1']:.2f}, refusal {o['refusal_rate']:.2f}")
@@ -363,6 +426,19 @@ class Demo:
                           f"rollout.max_completion_tokens (see {self.paths.shown / 'demo.log'}).")
         self.display.done(f"eval: before RL and after RL ({', '.join(self.arms)}) on held-out questions")
         return results
+
+    def evaluate_at_once(self, runs: Sequence[tuple[str, Path, str]]) -> dict[str, Any]:
+        """`evaluate` of several models, ``workers`` processes at a time; metrics by run name."""
+        from awarl.demo.parallel import Job, evaluate_metrics, run_jobs
+
+        jobs = [Job(name, evaluate_metrics, {"config": self.eval_config(model, self.paths.eval / name, label)})
+                for name, model, label in runs]
+        total = self.eval_count() * len(runs)
+        self.display.start(f"eval ({', '.join(label for _, _, label in runs)})", total,
+                           f"greedy, {min(self.workers, len(runs))} processes")
+        with self.timed("eval"), follow_lines([self.paths.eval / name / "trajectories.jsonl" for name, _, _ in runs],
+                                              self.display, total):
+            return run_jobs(jobs, self.workers)
 
     def eval_records_with_p(self) -> Path:
         """Held-out records with the SFT checkpoint's p_i in ``meta.p`` (the calibration plot bins by it)."""
@@ -401,9 +477,11 @@ class Demo:
 
 
 def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DEFAULT_RECIPE,
-             progress: bool = True, until: str | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+             progress: bool = True, until: str | None = None, overrides: Sequence[str] = (),
+             workers: int | None = None) -> dict[str, Any]:
     """Run (or resume) every stage; returns the report's metrics. ``until`` stops after a stage;
-    ``overrides`` (``section.field=value``) change the recipe."""
+    ``overrides`` (``section.field=value``) change the recipe; ``workers`` (default `default_workers`)
+    is how many jobs of one stage run at once."""
     from awarl.train.callbacks import quiet_terminal
 
     if until is not None and until not in STAGES:
@@ -414,7 +492,12 @@ def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DE
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with quiet_terminal(out / "demo.log") as terminal, Display(terminal, enabled=progress) as display, inside(out):
-        demo = Demo(DemoPaths(Path("."), shown=out), loaded, display, quick, seed)
+        from awarl.demo.parallel import default_workers
+
+        workers = default_workers() if workers is None else workers
+        if workers < 1:
+            raise DemoError(f"--workers must be at least 1, got {workers}")
+        demo = Demo(DemoPaths(Path("."), shown=out), loaded, display, quick, seed, workers)
         if demo.paths.timings.exists():
             demo.timings = json.loads(demo.paths.timings.read_text(encoding="utf-8"))
         display.print(f"[bold]awarl demo[/bold] -> {out} ({'quick' if quick else 'full'}, seed {seed}); "
