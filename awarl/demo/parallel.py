@@ -90,12 +90,22 @@ def run_jobs(jobs: Sequence[Job], workers: int) -> dict[str, Any]:
     return results
 
 
+def quiet_libraries() -> None:
+    """Library warnings go to the log (through ``logging``), and nothing reaches the network."""
+    import logging
+    import warnings
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    logging.captureWarnings(True)
+    warnings.simplefilter("default")
+
+
 def _start_worker(threads: int, cwd: str) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch is imported in this process
     os.chdir(cwd)
-    from awarl.demo.run import _quiet_libraries
-
-    _quiet_libraries()
+    quiet_libraries()
 
 
 def _run(func: Callable[..., Any], kwargs: dict[str, Any]) -> Any:

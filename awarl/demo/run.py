@@ -486,7 +486,9 @@ def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DE
 
     if until is not None and until not in STAGES:
         raise DemoError(f"--until must be one of {', '.join(STAGES)}, got {until!r}")
-    _quiet_libraries()
+    from awarl.demo.parallel import quiet_libraries
+
+    quiet_libraries()
     loaded = DemoRecipe.load(recipe, quick=quick, seed=seed, overrides=overrides)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -543,19 +545,6 @@ def inside(folder: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(before)
-
-
-def _quiet_libraries() -> None:
-    """Library warnings go to the log (through ``logging``), and nothing reaches the network."""
-    import logging
-    import os
-    import warnings
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    logging.captureWarnings(True)
-    warnings.simplefilter("default")
 
 
 def _report(demo: Demo, world: Any, results: dict[str, Any]) -> dict[str, Any]:
