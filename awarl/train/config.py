@@ -55,10 +55,17 @@ class ModelConfig:
     lora_target_modules: list[str] = _doc(
         "Linear layers that get adapters (Qwen2 names).",
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    quantization: Literal["nf4", "fp4"] | None = _doc(
+        "QLoRA: load the frozen base in 4 bits with bitsandbytes (the `qlora` extra; its CPU backend runs too) "
+        "and train LoRA adapters on it; needs model.lora. The final model merges the adapters into the "
+        "full-precision base. None = no quantization.", default=None)
 
     def __post_init__(self) -> None:
         if self.lora and self.lora_r <= 0:
             raise ConfigError(f"model.lora_r must be > 0 when model.lora is on, got {self.lora_r}")
+        if self.quantization and not self.lora:
+            raise ConfigError(f"model.quantization {self.quantization!r} trains adapters on a frozen 4-bit base: "
+                              f"it needs model.lora: true")
 
 
 @dataclass

@@ -231,8 +231,38 @@ def load_model_and_tokenizer(config: TrainConfig, path: str | None = None):
         raise ConfigError(f"{path}: cannot load a tokenizer: not a local model folder, and not a hub id in the local "
                           f"cache (runs here are offline): {str(exc).splitlines()[0]}") from None
     use_chat_template(tokenizer, config.rollout.chat_template, path)  # the same template in SFT, p_i, GRPO, eval, chat
+    if config.model.quantization:
+        kwargs.update(quantized_loading(config, kwargs["dtype"]))
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if config.model.quantization:
+        from peft import prepare_model_for_kbit_training
+
+        # Norms and embeddings to float32 and input gradients on; TRL's own gradient checkpointing
+        # (grpo / sft.args gradient_checkpointing) stays the trainer's to switch.
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     return model, tokenizer
+
+
+def quantized_loading(config: TrainConfig, compute_dtype: Any) -> dict[str, Any]:
+    """``from_pretrained`` arguments for QLoRA: a bitsandbytes 4-bit base on this process's device."""
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"model.quantization {config.model.quantization!r} needs bitsandbytes: "
+                          f"pip install 'awarl[qlora]'") from None
+    on_cpu = not torch.cuda.is_available() or config.grpo.get("use_cpu") or config.sft.args.get("use_cpu")
+    if on_cpu:
+        device: Any = "cpu"
+    else:
+        from accelerate import PartialState
+
+        device = PartialState().local_process_index  # each process quantizes its own copy onto its GPU
+    quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=config.model.quantization,
+                               bnb_4bit_compute_dtype=compute_dtype)
+    return {"quantization_config": quant, "device_map": {"": device}}
 
 
 def peft_config(config: TrainConfig):
@@ -379,12 +409,34 @@ def main(config: TrainConfig, *, resume: str | None = None, output_dir: str | No
     return save_final(trainer, config, out / "final")
 
 
+def merge_into_base(trainer: Any, config: TrainConfig, final: Path) -> None:
+    """QLoRA's final model: the adapters (trained on the 4-bit base) merged into the full-precision base
+    they were trained from, so p_i, evaluation, export and serving load a plain checkpoint. The adapters
+    stay beside it in ``final/adapter``."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from awarl.train.export import save_model
+
+    adapter = final / "adapter"
+    trainer.accelerator.unwrap_model(trainer.model).save_pretrained(adapter)
+    base_path = trainer.accelerator.unwrap_model(trainer.model).peft_config["default"].base_model_name_or_path
+    compute = trainer.accelerator.unwrap_model(trainer.model).config.quantization_config.bnb_4bit_compute_dtype
+    dtype = getattr(torch, compute) if isinstance(compute, str) else compute
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+    save_model(PeftModel.from_pretrained(base, str(adapter)), trainer.processing_class, final, merge_lora=True)
+
+
 def save_final(trainer: Any, config: TrainConfig, final: Path) -> Path:
     """The trained model, its tokenizer and chat template, and the resolved recipe, into ``final`` (LoRA
     adapters merged). Every process calls it: ZeRO-3 gathers the shards inside ``save_model``."""
     from awarl.train.export import save_model
 
-    if config.model.lora:
+    if config.model.lora and config.model.quantization:
+        if trainer.accelerator.is_main_process:
+            merge_into_base(trainer, config, final)
+    elif config.model.lora:
         if trainer.accelerator.is_main_process:
             model = trainer.accelerator.unwrap_model(trainer.model)
             save_model(model, trainer.processing_class, final, merge_lora=True)
