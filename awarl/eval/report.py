@@ -290,8 +290,11 @@ def _uncertainty_section(unc: dict[str, Any], runs: Sequence[RunSummary]) -> lis
                 "| run | " + " | ".join(label for _, label in _CI_COLUMNS) + " |", "|" + "---|" * (len(_CI_COLUMNS) + 1)]
         for name, ci in unc["ci"].items():
             cells = ["–" if ci[k]["value"] is None else f"{ci[k]['value']:.3f} [{ci[k]['low']:.3f}, {ci[k]['high']:.3f}]"
-                     for k, _ in _CI_COLUMNS]
+                     + ("†" if ci[k].get("exact") else "") for k, _ in _CI_COLUMNS]
             out.append(f"| {name} | " + " | ".join(cells) + " |")
+        if any(c.get("exact") for ci in unc["ci"].values() for c in ci.values()):
+            out += ["", "† the rate is 0 or 1 on every data set, where every resample repeats it: the interval is the "
+                        "exact (Clopper–Pearson) one of each data set's count, averaged over data sets"]
         out.append("")
     if unc.get("paired"):
         out += [f"## Paired differences against {unc['baseline']} (same questions; * = beyond 2 standard errors)", "",

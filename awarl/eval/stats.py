@@ -103,14 +103,59 @@ def bootstrap_ci(questions: Sequence[Question], *, samples: int = 1000, level: f
         for k in METRICS:
             if m[k] is not None:
                 draws[k].append(m[k])
-    out: dict[str, dict[str, float | None]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for k in METRICS:
         if point[k] is None or not draws[k]:
             out[k] = {"value": None, "low": None, "high": None}
             continue
         lo, hi = _interval(draws[k], level)
         out[k] = {"value": point[k], "low": lo, "high": hi}
+    _exact_at_the_edges(out, questions, level)
     return out
+
+
+def _rate_counts(questions: Sequence[Question]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per rate, per data set: (successes, trials) — the binomial proportion behind each macro rate."""
+    counts: dict[str, dict[str, tuple[int, int]]] = {k: {} for k in METRICS if k != "ra_f1"}
+    for name, idx in _groups(questions).items():
+        qs = [questions[i] for i in idx]
+        answered = [q for q in qs if q.score.answered]
+        unans = [q for q in qs if not q.answerable]
+        ans = [q for q in qs if q.answerable]
+        counts["precision"][name] = (sum(q.score.correct for q in answered), len(answered))
+        counts["accuracy"][name] = (sum(q.score.correct for q in qs), len(qs))
+        counts["refusal_rate"][name] = (sum(q.score.outcome == "abstain" for q in qs), len(qs))
+        if unans:
+            counts["abstain_recall"][name] = (sum(q.score.outcome == "abstain" for q in unans), len(unans))
+            if ans:
+                counts["over_refusal"][name] = (sum(q.score.outcome == "abstain" for q in ans), len(ans))
+    return counts
+
+
+def _exact_at_the_edges(out: dict[str, dict[str, Any]], questions: Sequence[Question], level: float) -> None:
+    """A rate of 0 (or 1) on every data set has a percentile-bootstrap interval of [0, 0] (or [1, 1]):
+    every resample repeats it, and the interval claims a certainty that 90 questions cannot give. There
+    the bound comes from the exact (Clopper–Pearson) interval of each data set's count, 0 of n → upper
+    1 − ((1 − level) / 2)^(1/n), averaged over data sets like the rate itself, and the entry is marked
+    ``exact``. RA-F1 rises with both P and A, so its bound is RA-F1 of their bounds."""
+    tail = (1 - level) / 2
+    for key, per_set in _rate_counts(questions).items():
+        ci = out.get(key)
+        if not ci or ci["value"] is None or ci["low"] != ci["high"] or not per_set:
+            continue
+        trials = [n for _, n in per_set.values() if n]
+        if not trials:
+            continue
+        if all(k == 0 for k, _ in per_set.values()):
+            ci.update(low=0.0, high=sum(1 - tail ** (1 / n) for n in trials) / len(trials), exact=True)
+        elif all(k == n for k, n in per_set.values()):
+            ci.update(low=sum(tail ** (1 / n) for n in trials) / len(trials), high=1.0, exact=True)
+    p, a, f = out.get("precision"), out.get("accuracy"), out.get("ra_f1")
+    if f and f["value"] is not None and f["low"] == f["high"] and p and a and (p.get("exact") or a.get("exact")):
+        from awarl.eval.metrics import ra_f1
+
+        f.update(low=min(f["low"], ra_f1(p["low"], a["low"])), high=max(f["high"], ra_f1(p["high"], a["high"])),
+                 exact=True)
 
 
 def paired_comparison(a: Sequence[Question], b: Sequence[Question], *, samples: int = 1000, level: float = 0.95,

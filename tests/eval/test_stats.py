@@ -20,6 +20,21 @@ def _run(outcomes, dataset="toy"):
     return [_q(i, o, dataset) for i, o in enumerate(outcomes)]
 
 
+def test_a_rate_at_zero_or_one_gets_the_exact_bound_not_a_zero_width_interval():
+    # 0 correct of 40 and of 50: every resample is 0 again, so the percentile interval would be [0, 0]
+    qs = [*_run(["wrong"] * 40, "a"), *[_q(100 + i, "unparsable", "b") for i in range(50)]]
+    ci = bootstrap_ci(qs, samples=200)
+    upper = ((1 - 0.025 ** (1 / 40)) + (1 - 0.025 ** (1 / 50))) / 2  # Clopper-Pearson, averaged like the rate
+    assert ci["accuracy"] == {"value": 0.0, "low": 0.0, "high": pytest.approx(upper), "exact": True}
+    assert 0.07 < upper < 0.09
+    assert ci["precision"]["exact"] and ci["ra_f1"]["high"] == pytest.approx(upper) and ci["ra_f1"]["low"] == 0.0
+    assert ci["refusal_rate"]["high"] == pytest.approx(upper)  # nobody abstained: the same bound
+    # every one right: the lower end moves off 1; a rate strictly inside keeps its bootstrap interval
+    right = bootstrap_ci(_run(["correct"] * 30), samples=200)["accuracy"]
+    assert right["high"] == 1.0 and right["low"] == pytest.approx(0.025 ** (1 / 30)) and right["exact"]
+    assert "exact" not in bootstrap_ci(_run(["correct", "wrong"] * 20), samples=200)["accuracy"]
+
+
 def test_the_interval_holds_the_value_and_narrows_with_more_questions():
     small = bootstrap_ci(_run(["correct", "wrong"] * 20), samples=300)["accuracy"]
     large = bootstrap_ci(_run(["correct", "wrong"] * 500), samples=300)["accuracy"]
