@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> Any:
     warnings as ``warning:`` lines; errors end every command the same way (`_Awarl`)."""
     command = typer.main.get_command(app)
     _flags_take_no_value(command)
+    # bitsandbytes (installed with the qlora extra) warns on import, on CPUs with AVX512-BF16, that its
+    # optional hub-downloaded kernel is missing; awarl runs offline and bitsandbytes' own CPU path is used.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     logger = logging.getLogger("awarl")
     if not any(isinstance(h, _WarningLine) for h in logger.handlers):
         handler = _WarningLine(logging.WARNING)
