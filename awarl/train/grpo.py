@@ -207,7 +207,6 @@ def grpo_args(config: TrainConfig, output_dir: str | None = None, reward_weights
 # -- model ---------------------------------------------------------------------------------------------------
 def load_model_and_tokenizer(config: TrainConfig, path: str | None = None):
     """The starting checkpoint and its tokenizer (the chat template must be present)."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from awarl.agent.chat_template import use_chat_template
@@ -219,10 +218,7 @@ def load_model_and_tokenizer(config: TrainConfig, path: str | None = None):
         raise ConfigError(f"{path}: the recipe has an SFT stage and GRPO starts from its output, which does not "
                           f"exist yet; run `awarl train sft --config {config.source or 'RECIPE'}` first (or set "
                           f"sft.enabled: false to start from model.path)")
-    dtype = config.model.dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if torch.cuda.is_available() else "float32"
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    kwargs: dict[str, Any] = {"dtype": load_dtype(config)}
     if config.model.attn_implementation:
         kwargs["attn_implementation"] = config.model.attn_implementation
     try:
@@ -241,6 +237,16 @@ def load_model_and_tokenizer(config: TrainConfig, path: str | None = None):
         # (grpo / sft.args gradient_checkpointing) stays the trainer's to switch.
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     return model, tokenizer
+
+
+def load_dtype(config: TrainConfig) -> Any:
+    """``model.dtype`` as a torch dtype ('auto': bfloat16 on CUDA, float32 on CPU)."""
+    import torch
+
+    dtype = config.model.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if torch.cuda.is_available() else "float32"
+    return getattr(torch, dtype)
 
 
 def quantized_loading(config: TrainConfig, compute_dtype: Any) -> dict[str, Any]:
@@ -413,18 +419,16 @@ def merge_into_base(trainer: Any, config: TrainConfig, final: Path) -> None:
     """QLoRA's final model: the adapters (trained on the 4-bit base) merged into the full-precision base
     they were trained from, so p_i, evaluation, export and serving load a plain checkpoint. The adapters
     stay beside it in ``final/adapter``."""
-    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     from awarl.train.export import save_model
 
     adapter = final / "adapter"
-    trainer.accelerator.unwrap_model(trainer.model).save_pretrained(adapter)
-    base_path = trainer.accelerator.unwrap_model(trainer.model).peft_config["default"].base_model_name_or_path
-    compute = trainer.accelerator.unwrap_model(trainer.model).config.quantization_config.bnb_4bit_compute_dtype
-    dtype = getattr(torch, compute) if isinstance(compute, str) else compute
-    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model.save_pretrained(adapter)
+    base = AutoModelForCausalLM.from_pretrained(model.peft_config["default"].base_model_name_or_path,
+                                                dtype=load_dtype(config))
     save_model(PeftModel.from_pretrained(base, str(adapter)), trainer.processing_class, final, merge_lora=True)
 
 
