@@ -37,12 +37,7 @@ model() {
 world() {
   [ -f $WORLD/sft_conversations.jsonl ] && return
   # the recipe's header holds the world script (step 1); run it from there, so there is one copy
-  timed world python - <<'EOF'
-import textwrap
-text = open("configs/smollm2_world.yaml").read()
-script = text[text.index("#   python - <<'EOF'\n"): text.index("#   EOF\n")].splitlines()[1:]
-exec(textwrap.dedent("\n".join(line.removeprefix("#") for line in script)), {"__name__": "recipe"})
-EOF
+  timed world python -c "from awarl.train.config import header_script; exec(header_script('$RECIPE'), {'__name__': 'recipe'})"
 }
 
 sft() {

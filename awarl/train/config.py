@@ -39,6 +39,20 @@ __all__ = ["ConfigError", "DataConfig", "LoggingConfig", "ModelConfig", "SFTSect
            "load_yaml"]
 
 
+def header_script(recipe: str | Path) -> str:
+    """The Python script a recipe's header comment holds (the lines between ``#   python - <<'EOF'`` and
+    ``#   EOF``, comment marks removed), e.g. configs/smollm2_world.yaml's world step; scripts and tests
+    run this one copy."""
+    import textwrap
+
+    text = Path(recipe).read_text()
+    start, end = "#   python - <<'EOF'\n", "#   EOF\n"
+    if start not in text or end not in text:
+        raise ConfigError(f"{recipe}: its header holds no `python - <<'EOF'` script")
+    lines = text[text.index(start): text.index(end)].splitlines()[1:]
+    return textwrap.dedent("\n".join(line.removeprefix("#") for line in lines))
+
+
 @dataclass
 class ModelConfig:
     """The checkpoint training starts from."""

@@ -437,13 +437,13 @@ def save_final(trainer: Any, config: TrainConfig, final: Path) -> Path:
     adapters merged). Every process calls it: ZeRO-3 gathers the shards inside ``save_model``."""
     from awarl.train.export import save_model
 
-    if config.model.lora and config.model.quantization:
+    if config.model.lora:
         if trainer.accelerator.is_main_process:
-            merge_into_base(trainer, config, final)
-    elif config.model.lora:
-        if trainer.accelerator.is_main_process:
-            model = trainer.accelerator.unwrap_model(trainer.model)
-            save_model(model, trainer.processing_class, final, merge_lora=True)
+            if config.model.quantization:
+                merge_into_base(trainer, config, final)
+            else:
+                save_model(trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, final,
+                           merge_lora=True)
     else:
         trainer.save_model(str(final))
     if trainer.accelerator.is_main_process:

@@ -220,8 +220,6 @@ def _awarl(*args: str, cwd: Path) -> str:
 def test_smollm2_recipe_end_to_end(tmp_path, monkeypatch):
     """configs/smollm2_world.yaml's own commands, shortened: world data (the recipe's script), 2 LoRA SFT steps,
     p_i (K = 2) on 2 questions, 1 LoRA GRPO step with every rollout checked, a greedy evaluation on 2 questions."""
-    import textwrap
-
     from awarl.data.records import iter_jsonl, write_jsonl
 
     (tmp_path / "configs").mkdir()
@@ -229,9 +227,9 @@ def test_smollm2_recipe_end_to_end(tmp_path, monkeypatch):
     (tmp_path / "runs" / "smollm2").mkdir(parents=True)
     (tmp_path / "runs" / "smollm2" / "base").symlink_to(Path(SMOLLM2).resolve())
     monkeypatch.chdir(tmp_path)  # the recipe's paths are relative
-    text = RECIPE.read_text()
-    script = text[text.index("#   python - <<'EOF'\n"): text.index("#   EOF\n")].splitlines()[1:]
-    exec(textwrap.dedent("\n".join(line.removeprefix("#") for line in script)), {"__name__": "recipe"})  # noqa: S102
+    from awarl.train.config import header_script
+
+    exec(header_script(RECIPE), {"__name__": "recipe"})  # noqa: S102
     world = tmp_path / "runs" / "smollm2" / "world"
     assert (world / "sft_conversations.jsonl").exists()
     for split in ("rl", "eval"):
