@@ -14,7 +14,11 @@ checkpoint's most likely next token is the gold one, at the two tokens that need
 - ``answer``: the first token of the final answer (the country the second result states, or the
   abstain phrase);
 - ``cite``: the first cited passage id after the answer (the person's passage, which only the first
-  result shows; abstentions cite nothing).
+  result shows; abstentions cite nothing);
+- ``cite2``: the second cited id (the city's country passage, rank 1 of the second result).
+
+An id counts as right when every one of its tokens is the most likely one (an id is one token with the
+world model's default ``shape.whole_ids``, about eleven hex pieces without it).
 
 Seconds per checkpoint on a CPU, where a greedy evaluation of the same questions takes minutes.
 ``--peek N`` prints the context and the top-5 next tokens at N held-out city positions: the same
@@ -29,18 +33,31 @@ import sys
 from pathlib import Path
 
 
-def key_positions(tokenizer, ids: list[int]) -> dict[str, list[int]]:
-    """Positions of the token after ``"country`` in a tool call's query, after ``<answer>``, and of
-    the first passage id after ``</answer>``."""
+def key_positions(tokenizer, ids: list[int]) -> dict[str, list[list[int]]]:
+    """Token positions to predict: the token after ``"country`` in a tool call's query (``city``), the one
+    after ``<answer>`` (``answer``), and the tokens of the first and second passage ids cited after
+    ``</answer>`` (``cite``, ``cite2``; an id's pieces up to its closing bracket)."""
     pieces = [tokenizer.convert_tokens_to_string([t]) for t in tokenizer.convert_ids_to_tokens(ids)]
-    out: dict[str, list[int]] = {"city": [], "answer": [], "cite": []}
-    for i in range(1, len(pieces) - 1):
+    out: dict[str, list[list[int]]] = {"city": [], "answer": [], "cite": [], "cite2": []}
+    i = 1
+    while i < len(pieces) - 1:
         if pieces[i].strip() == "country" and pieces[i - 1].endswith('"'):
-            out["city"].append(i + 1)
+            out["city"].append([i + 1])
         elif pieces[i] == "<answer>":
-            out["answer"].append(i + 1)
-        elif pieces[i - 1] == "</answer>" and pieces[i].strip() == "" and pieces[i + 1].startswith("["):
-            out["cite"].append(i + 1)
+            out["answer"].append([i + 1])
+        elif pieces[i] == "</answer>":
+            j, cited = i + 1, 0
+            while j < len(pieces) and cited < 2 and (not pieces[j].strip() or pieces[j].strip().startswith("[")):
+                if not pieces[j].strip():  # the space before an id, a token of its own
+                    j += 1
+                    continue
+                end = next((k for k in range(j, len(pieces)) if "]" in pieces[k]), j)
+                start = j + 1 if pieces[j].strip() == "[" else j  # a lone bracket is not part of the id
+                out["cite" if cited == 0 else "cite2"].append(list(range(start, end + 1)))
+                j, cited = end + 1, cited + 1
+            i = j
+            continue
+        i += 1
     return out
 
 
@@ -73,14 +90,15 @@ def probe(checkpoint: Path, data: dict[str, list[list[dict]]], peek: int = 0) ->
     model = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     out = {}
     for split, convs in data.items():
-        hits = {"city": [0, 0], "answer": [0, 0], "cite": [0, 0]}
+        hits = {"city": [0, 0], "answer": [0, 0], "cite": [0, 0], "cite2": [0, 0]}
         for messages in convs:
             ids = tokenizer(tokenizer.apply_chat_template(messages, tools=[tool_schema()], tokenize=False))["input_ids"]
             with torch.no_grad():
                 logits = model(torch.tensor([ids])).logits[0]
-            for key, positions in key_positions(tokenizer, ids).items():
-                for p in positions:
-                    hits[key][0] += int(logits[p - 1].argmax().item() == ids[p])
+            for key, spans in key_positions(tokenizer, ids).items():
+                for span in spans:
+                    p = span[0]
+                    hits[key][0] += int(all(logits[q - 1].argmax().item() == ids[q] for q in span))
                     hits[key][1] += 1
                     if key == "city" and split == "eval" and peek > 0:
                         peek -= 1
@@ -104,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {path}: not found (run `awarl demo --until sft --out {args.demo}` first)", file=sys.stderr)
             return 2
     data = conversations(args.demo, args.n)
-    keys = ("city", "answer", "cite")
-    print("| checkpoint | " + " | ".join(f"{k} (SFT) | {k} (held-out)" for k in keys) + " |\n|---|" + "---|" * 6)
+    keys = ("city", "answer", "cite", "cite2")
+    print("| checkpoint | " + " | ".join(f"{k} (SFT) | {k} (held-out)" for k in keys) + " |\n|---|" + "---|" * (2 * len(keys)))
     for checkpoint in args.checkpoints:
         got = probe(checkpoint, data, args.peek)
         print(f"| {checkpoint.name} | " + " | ".join(f"{got['sft'][k]:.2f} | {got['eval'][k]:.2f}" for k in keys) + " |",

@@ -40,6 +40,10 @@ class TinyShape:
     """World models: each entity class (cities, countries, person names) shares one random direction of
     this size (relative to the embeddings' spread) in its tokens' initial embeddings, so attending to
     "a city in the result" is one direction to learn rather than one per city (0: off)."""
+    whole_ids: bool = True
+    """World models: each ``[passage id]`` is one added token (short trajectories; each id's embedding is
+    trained only where that passage is shown). False: ids are cut by BPE into hex pieces shared by every
+    id, so citing one means copying a few common tokens from the result."""
 
 
 def protocol_texts() -> list[str]:
@@ -259,7 +263,7 @@ def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE
     classes = [[place for place, level in world.levels.items() if level == kind] for kind in ("city", "country")]
     classes.append(sorted({part for p in world.persons for part in p.name.split()}))
     return build_tiny_model(out_dir, world_texts(world, system_prompt), shape, seed, system_prompts=[system_prompt],
-                            whole_tokens=ids, entity_classes=classes)
+                            whole_tokens=ids if shape.whole_ids else (), entity_classes=classes)
 
 
 def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),

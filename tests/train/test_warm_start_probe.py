@@ -26,15 +26,18 @@ def test_probe_reads_both_positions_of_the_test_world(tmp_path, test_world, tiny
     for messages in data["eval"]:
         ids = tok(tok.apply_chat_template(messages, tools=[tool_schema()], tokenize=False))["input_ids"]
         found = script.key_positions(tok, ids)
-        assert len(found["cite"]) == ("[" in messages[-1]["content"])
+        cited = re.findall(r"\[(\w+)\]", messages[-1]["content"])
+        assert len(found["cite"]) == min(len(cited), 1) and len(found["cite2"]) == (len(cited) >= 2)
+        for span, pid in zip(found["cite"] + found["cite2"], cited):  # each span holds exactly its id
+            assert tok.decode([ids[q] for q in span]).strip().strip("[]") == pid
         assert len(found["answer"]) == 1 and len(found["city"]) == sum(
             '"country ' in json.dumps(m.get("tool_calls")) for m in messages)
-        for p in found["city"]:  # the token right after the query's "country" is a city the first result named
+        for (p,) in found["city"]:  # the token right after the query's "country" is a city the first result named
             assert tok.decode([ids[p]]).strip() in messages[3]["content"]
     assert script.main(["--demo", str(demo), "--n", "8", str(tiny_world_sft_model_dir)]) == 0
     row = capsys.readouterr().out.strip().splitlines()[-1]
     shares = [float(x) for x in re.findall(r"\| (\d\.\d\d)", row)]
-    assert len(shares) == 6 and all(0.0 <= x <= 1.0 for x in shares)
+    assert len(shares) == 8 and all(0.0 <= x <= 1.0 for x in shares)
     assert script.main(["--demo", str(tmp_path / "nowhere"), str(tiny_world_sft_model_dir)]) == 2
 
 
@@ -61,3 +64,26 @@ def test_entity_prior_gives_each_class_one_shared_direction(tmp_path):
         return float((cos.sum() - len(ids)) / (len(ids) * (len(ids) - 1)))
 
     assert abs(city_cosine(0.0)) < 0.05 and city_cosine(1.0) > 0.4
+
+
+def test_passage_ids_are_one_token_or_hex_pieces_and_the_probe_spans_either(tmp_path, load_script):
+    """``shape.whole_ids``: one added token per ``[passage id]`` (the default), or BPE pieces; the probe's
+    cite span covers the whole id either way."""
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from awarl.data.world import WorldConfig, generate_world
+    from awarl.train.tiny import WORLD_SHAPE, build_world_model
+
+    script = load_script("warm_start_probe")
+    world = generate_world(WorldConfig(version=2, persons=40, seed=0))
+    a, b = world.passages[3].id, world.passages[7].id
+    text = f"<answer>Ruvia</answer> [{a}] [{b}]<|im_end|>"
+    for whole in (True, False):
+        tok = AutoTokenizer.from_pretrained(build_world_model(tmp_path / str(whole), world,
+                                                              dataclasses.replace(WORLD_SHAPE, whole_ids=whole)))
+        assert (len(tok.tokenize(f"[{a}]")) == 1) is whole
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        found = script.key_positions(tok, ids)
+        assert [tok.decode([ids[q] for q in span]).strip().strip("[]") for span in found["cite"] + found["cite2"]] == [a, b]
