@@ -95,10 +95,11 @@ def probe(checkpoint: Path, data: dict[str, list[list[dict]]], peek: int = 0) ->
             ids = tokenizer(tokenizer.apply_chat_template(messages, tools=[tool_schema()], tokenize=False))["input_ids"]
             with torch.no_grad():
                 logits = model(torch.tensor([ids])).logits[0]
+            predicted = logits.argmax(-1).tolist()  # the most likely next token after each position
             for key, spans in key_positions(tokenizer, ids).items():
                 for span in spans:
                     p = span[0]
-                    hits[key][0] += int(all(logits[q - 1].argmax().item() == ids[q] for q in span))
+                    hits[key][0] += int(all(predicted[q - 1] == ids[q] for q in span))
                     hits[key][1] += 1
                     if key == "city" and split == "eval" and peek > 0:
                         peek -= 1

@@ -204,6 +204,8 @@ def test_grpo_step_checks_every_rollout_with_the_real_tokenizer(smollm2_random, 
 
 
 RECIPE = ROOT / "configs" / "smollm2_world.yaml"
+
+
 def _awarl(*args: str, cwd: Path) -> str:
     done = subprocess.run([sys.executable, "-m", "awarl.cli", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
