@@ -68,9 +68,10 @@ def _fingerprint(*paths: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def _locked_build(target: Path, build) -> Path:
-    """Build into a temp folder and rename, so parallel or interrupted runs never see half a model."""
-    if (target / "config.json").exists():
+def _locked_build(target: Path, build, marker: str = "config.json") -> Path:
+    """Build into a temp folder and rename, so parallel or interrupted runs never see half a model
+    (``marker``: the file a finished build has)."""
+    if (target / marker).exists():
         return target
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -186,6 +187,18 @@ def tiny_world_sft_model_dir(tiny_world_model_dir, test_world) -> Path:
                        ROOT / "awarl/train/sft.py", ROOT / "awarl/search/retriever.py", ROOT / "awarl/data/world.py")
     return _locked_build(CACHE / f"tiny-world-sft-{key}",
                          lambda d: warm_start_on_world(tiny_world_model_dir, d, test_world))
+
+
+@pytest.fixture(scope="session")
+def quick_demo_dir() -> Path:
+    """`awarl demo --quick` as a user runs it (seed 0, the default workers), built once and cached by a hash of
+    the package's source and the demo recipe: the demo tests check its floors and files, the chat tests serve
+    its trained agent. About 5 minutes on a 2-core CPU when it is not cached."""
+    from awarl.demo import DEFAULT_RECIPE, run_demo
+
+    key = _fingerprint(*sorted((ROOT / "awarl").rglob("*.py")), DEFAULT_RECIPE)
+    return _locked_build(CACHE / f"demo-quick-{key}", lambda d: run_demo(d, quick=True, progress=False),
+                         marker="metrics.json")
 
 
 def _load_fake_openai():

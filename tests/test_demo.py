@@ -1,8 +1,8 @@
 """`awarl demo`.
 
-The end-to-end smoke runs every stage with tiny settings (a 30-person world, a few SFT and GRPO
-steps): it checks the pipeline and its files, not the model's quality (the demo's quality floors
-are checked by the demo itself and recorded in docs/benchmarks.md)."""
+The end-to-end test is `awarl demo --quick` itself (the session fixture `quick_demo_dir`, shared with the
+chat tests): its files, its quick floors and a resume. `tiny_recipe` shrinks the recipe to seconds per stage
+for the tests of resuming and refusing."""
 
 from __future__ import annotations
 
@@ -44,10 +44,11 @@ def _all_finite(value, where="metrics"):
 
 
 @pytest.mark.slow
-def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
-    recipe = tiny_recipe(tmp_path / "recipe.yaml")
-    out = tmp_path / "demo"
-    metrics = run_demo(out, recipe=recipe, progress=False)
+def test_the_quick_demo_writes_everything_meets_its_floors_and_resumes(quick_demo_dir, tmp_path, capfd):
+    """`awarl demo --quick` as a user runs it (the session's `quick_demo_dir`): every file, finite numbers in
+    range, the recipe's quick floors met (a real bound on the base: it reads its results), and a rerun in a
+    moved copy reuses every stage and gives the same numbers."""
+    out = quick_demo_dir
     for rel in ("demo.json", "metrics.json", "report/report.md", "report/before_after.png", "report/refusal_by_p.png",
                 "report/refusal_vs_step.png", "report/reward_terms.png", "world/policy.yaml", "world/policy.tests.yaml",
                 "data/corpus.jsonl", "sft/final/rollout.json", "grpo/awa/final/rollout.json",
@@ -55,18 +56,27 @@ def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
         assert (out / rel).exists(), rel
     saved = json.loads((out / "metrics.json").read_text())
     _all_finite(saved)
-    assert list(saved["arms"]) == ["awa", "none"]
+    quick = DemoRecipe.load(DEFAULT_RECIPE, quick=True)
+    assert saved["mode"] == "quick" and saved["seed"] == 0 and list(saved["arms"]) == ["awa", "none"]
     assert saved["workers"] == (2 if (os.cpu_count() or 1) >= 2 else 1)  # arms, shards, evaluations in workers
     assert [arm["reward"]["kind"] for arm in saved["arms"].values()] == ["awa", "none"]
     for run in (saved["before_rl"], *(arm["after_rl"] for arm in saved["arms"].values())):
         for key in ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall", "over_refusal"):
             assert 0.0 <= run[key] <= 1.0
     assert saved["arms"]["awa"]["expected_refusal"] is not None and saved["arms"]["none"]["expected_refusal"] is None
-    assert all(arm["grpo_steps"] == 4 and arm["refusal_by_p"] for arm in saved["arms"].values())
-    assert saved["capability"]["eval"]["k"] == 2 and saved["before_rl_refusal_by_p"]
+    steps = quick.train["grpo"]["max_steps"]
+    assert all(arm["grpo_steps"] == steps and arm["refusal_by_p"] for arm in saved["arms"].values())
+    assert saved["capability"]["eval"]["k"] == quick.k and saved["before_rl_refusal_by_p"]
+    # the floors: every one the quick recipe names was checked and met, and none of them is a token bound
+    named = {f"{floor} (awa)" if floor == "refusal_gap" else floor for floor in quick.floors}
+    assert set(saved["checks"]) == named
+    assert quick.floors["sft_accuracy_answerable"] >= 0.3
+    assert all(check["passed"] for check in saved["checks"].values()), saved["checks"]
+    assert saved["before_rl"]["accuracy_answerable"] >= quick.floors["sft_accuracy_answerable"]
+    assert not any("quality floor missed" in w for w in saved["warnings"])
     spread = {c["name"]: c for c in saved["capability"]["rl"]["spread"]}  # world v2 records u: the base is checked
     assert set(spread) == {"mean p_i", "share p <= 0.2", "share p in (0.2, 0.5)", "share p >= 0.6", "Spearman(p_i, u)"}
-    assert all(0.0 <= c["value"] <= 1.0 for name, c in spread.items() if name != "Spearman(p_i, u)")
+    assert spread["mean p_i"]["value"] > 0.2 and spread["Spearman(p_i, u)"]["value"] > 0.3  # p_i follows the ceiling
     manifest = json.loads((out / "demo.json").read_text())
     assert manifest["agent"] == "grpo/awa/final" and manifest["sft_agent"] == "sft/final"
     assert manifest["agents"] == {"awa": "grpo/awa/final", "none": "grpo/none/final"}
@@ -81,13 +91,16 @@ def test_demo_smoke_writes_everything_and_resumes(tmp_path, capfd):
     assert "| cite coverage | right, all cited |" in report  # how many hops the answers cite, before and after RL
     assert all("support_coverage" in run and "all_support_share" in run
                for run in (saved["before_rl"], *(arm["after_rl"] for arm in saved["arms"].values())))
-    # TRL's per-step dicts went to the log, not the terminal
-    terminal = capfd.readouterr()
-    assert "'loss'" not in terminal.out + terminal.err
-    assert "'loss'" in (out / "demo.log").read_text() or "loss" in (out / "demo.log").read_text()
-    # rerunning resumes: every stage is reused and the numbers are the same
-    again = run_demo(out, recipe=recipe, progress=False)
-    assert again["before_rl"] == metrics["before_rl"] and again["arms"] == metrics["arms"]
+    log = (out / "demo.log").read_text()
+    assert "loss" in log  # TRL's per-step dicts went to the log
+    # a copy elsewhere resumes: every stage is reused (no training output on the terminal), the numbers are the same
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved)
+    capfd.readouterr()
+    again = run_demo(moved, quick=True, progress=False)
+    assert "'loss'" not in "".join(capfd.readouterr())
+    assert again["before_rl"] == saved["before_rl"] and again["arms"] == saved["arms"]
+    assert json.loads((moved / "metrics.json").read_text())["checks"] == saved["checks"]
 
 
 class _Killed(Exception):

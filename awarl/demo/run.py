@@ -81,8 +81,10 @@ class Display:
         if self.stage is not None:
             self.stage.update(completed=completed, total=total, info=info)
 
-    def done(self, message: str) -> None:
-        self.overall.advance()
+    def done(self, message: str, advance: bool = True) -> None:
+        """Print a stage's result; ``advance``: the stage is over (a stage may print several)."""
+        if advance:
+            self.overall.advance()
         self.print(f"[green]✓[/green] {message}")
 
     def warn(self, message: str) -> None:
@@ -327,9 +329,7 @@ class Demo:
 
     def grpo_stage(self) -> None:
         todo = [arm for arm in self.arms if not (self.paths.arm(arm) / "final" / "config.json").exists()]
-        for arm in self.arms:
-            if arm not in todo:
-                self.display.done(f"grpo ({arm}): reused")
+        lines = [f"grpo ({arm}): reused" for arm in self.arms if arm not in todo]
         if self.workers > 1 and len(todo) > 1:
             configs = self.train_arms_at_once(todo)
         else:
@@ -337,10 +337,11 @@ class Demo:
             for arm in todo:
                 with self.timed(f"grpo ({arm})"):
                     configs[arm] = self.train_arm(arm)
-        for arm, config in configs.items():
-            self.display.done(f"grpo ({arm}, reward {config.reward.kind}): {config.grpo.get('max_steps')} steps "
-                              f"({generation_batches(config)} generation batches of {prompts_per_batch(config)} "
-                              f"prompts x {config.grpo.get('num_generations')})")
+        lines += [f"grpo ({arm}, reward {config.reward.kind}): {config.grpo.get('max_steps')} steps "
+                  f"({generation_batches(config)} generation batches of {prompts_per_batch(config)} "
+                  f"prompts x {config.grpo.get('num_generations')})" for arm, config in configs.items()]
+        for i, line in enumerate(lines):  # one line per arm, one step of the overall bar for the stage
+            self.display.done(line, advance=i == len(lines) - 1)
 
     def train_arms_at_once(self, arms: Sequence[str]) -> dict[str, Any]:
         """`train_arm` for several arms at once, one worker process each (``workers`` at a time)."""

@@ -144,25 +144,31 @@ def test_a_world_json_its_generator_no_longer_makes_is_refused(world_v2, tmp_pat
         load_world(tmp_path / "world.json")
 
 
-def test_the_script_on_the_tiny_world_agent_holds_the_hard_bounds(tmp_path, test_world, tiny_world_sft_model_dir, capsys,
-                                                                   load_script):
-    """The script end to end, as `awarl chat serve --demo` serves (the demo's default settings): the tests'
-    warm-started tiny world agent over its world, 12 held-out questions. The agent is weak; what must
-    hold whatever it answers are the safety floors."""
-    demo = tmp_path / "demo"
-    write_world(test_world, demo / "world")
-    (demo / "demo.json").write_text(json.dumps({"version": 1, "world": "world", "corpus": "world/corpus.jsonl",
-                                                "policy": "world/policy.yaml", "agent": str(tiny_world_sft_model_dir)}))
+@pytest.mark.slow
+def test_the_default_product_on_the_quick_demo_holds_the_bounds_and_floors(quick_demo_dir, tmp_path, capsys,
+                                                                          load_script):
+    """The script end to end on what a user serves first: `awarl chat serve --demo` after `awarl demo --quick`
+    (the session's quick demo: its AWA agent, world v2, the world policy, the demo's default settings), every
+    held-out question through the API. The hard safety bounds hold whatever the agent answers; the floors are
+    the default product's (docs/chat.md records the table, with margins below what it measured)."""
     script = load_script("chat_heldout")
-    assert script.main(["--demo", str(demo), "--limit", "12", "--quiet", "--json", str(tmp_path / "t.json")]) == 0
+    assert script.main(["--demo", str(quick_demo_dir), "--quiet", "--json", str(tmp_path / "t.json")]) == 0
     out = capsys.readouterr().out
     assert "search noise: off when serving" in out and "every hard safety bound holds" in out
     table = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
-    assert sum(r["questions"] for r in table["rows"]) == 12 and table["misses"] == []
-    for r in table["rows"]:
+    rows = {r["group"]: r for r in table["rows"]}
+    assert table["misses"] == [] and set(rows) == {"answerable, no namesake", "answerable, namesakes",
+                                                   "unanswerable, missing", "unanswerable, near-miss"}
+    assert sum(r["questions"] for r in rows.values()) == 180  # the quick world's held-out split
+    for r in rows.values():
         assert r["wrong_valid"] == 0 and r["right_to_wrong"] == 0 and r["errors"] == 0
         if not r["group"].startswith("answerable"):
             assert r["safe_unanswerable"] == r["questions"]
+    plain, namesakes = rows["answerable, no namesake"], rows["answerable, namesakes"]
+    assert plain["right_first"] >= 0.5 * plain["questions"]  # the trained agent reads (0.89 measured)
+    assert plain["right_first_valid"] >= 0.9 * plain["right_first"]  # the issue's bar: >= 90% served VALID
+    assert namesakes["asked"] >= 0.5 * namesakes["questions"] and namesakes["answered"] == namesakes["asked"]
+    assert namesakes["right_first_valid"] >= 0.8 * namesakes["right_first"]  # settled by the user's answer
     assert script.main(["--demo", str(tmp_path / "nowhere")]) == 2
     assert "demo.json: not found" in capsys.readouterr().err
 
