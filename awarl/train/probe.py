@@ -132,7 +132,8 @@ class ForcedAnswerProbe:
         if rank == 0 and self.log_path is not None:
             row = {"round": ratchet.rounds, "step": step, "questions": len(window),
                    "rollouts": sum(n for _, n in counts.values()), "seconds": round(seconds, 3),
-                   "abstained": abstained,
+                   "abstained": abstained, "correct": sum(c for c, _ in counts.values()),
+                   "window_p": round(sum(ratchet.p(i, self.base_p(i)) for i in window) / max(len(window), 1), 4),
                    "raised": [vars(u) for u in updates]}
             append_log_row(self.log_path, row)
         log.info("adaptive p_i: round %d at step %d, %d rollouts in %.1f s, %d p_i raised", ratchet.rounds, step,

@@ -277,6 +277,7 @@ def test_forced_answer_probe_counts_without_touching_the_penalty(tiny_sft_model_
     rows = read_probe_log(tmp_path / PROBE_LOG_FILE)
     assert [r["round"] for r in rows] == [1, 2] and all(r["rollouts"] == 8 for r in rows)
     assert all(r["abstained"] == 0 for r in rows)  # forced: the refusal phrase cannot be written
+    assert all(0 <= r["correct"] <= r["rollouts"] and 0.0 <= r["window_p"] <= 1.0 for r in rows)
     assert reward.adaptive.rollouts == 16 and len(reward.adaptive.counts) == min(8, len(records))
     assert reward.penalty.state.step == 0  # probe rollouts never reach P_t
     assert model.training  # the training mode is restored
