@@ -62,6 +62,7 @@ class SearchEnv:
         retrieved: for each query, the ids of the passages it returned.
         over_budget: search calls refused because the budget was spent.
         rollout_seed: the seed of this rollout's tool-side draws (world noise).
+        forced_answer: whether this rollout was generated with the refusal banned (`awarl.train.forced`).
         record_id, question, answers, answerable, supporting, passages, p: the row's columns.
     """
 
@@ -142,6 +143,7 @@ class SearchEnv:
         self.passages = list(row.get("passages") or [])
         self.p = row.get("p")
         self.rollout_seed: int | None = None
+        self.forced_answer = False
         self._allowed: list[str] | None = None
         self._noise: Any = None  # awarl.data.world_noise.RolloutNoise of this rollout, when world_noise is set
 

@@ -41,7 +41,7 @@ STUDY_REWARD: dict[str, Any] = {
     "kind": "awa", "r_correct": 1.0, "r_wrong": 0.0, "p_clip": 0.1, "gamma": 0.5, "beta": 0.9, "tau": 0.05,
     "delta": 0.1, "max_penalty": 1.0, "cap_abstain": True, "floor_abstain": True, "anti_windup": "freeze",
     "min_penalty": -0.2, "windup_share": 0.8, "abstain_requires_search": False, "static_reward": 0.5,
-    "attempt_bonus": False, "attempt_bonus_lambda": 0.1, "collapse_warn_share": 0.9, "collapse_warn_batches": 10,
+    "attempt_bonus": False, "attempt_bonus_lambda": 0.1, "forced_answer": False, "collapse_warn_share": 0.9, "collapse_warn_batches": 10,
     "adaptive_p": False, "adaptive_p_every": 10, "adaptive_p_samples": 4, "adaptive_p_questions": 64,
     "adaptive_p_alpha": 0.05, "w_cite": 0.2, "cite_on": "correct", "w_red": 0.5, "judge": "gold",
 }
@@ -108,6 +108,8 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
              Arm("awa_g0.5", reward(**_AWA), "plain AWA collapses from a weak base"),
              Arm("awa_adaptive", reward(**_AWA, adaptive_p=True), "adaptive p_i follows learning"),
              Arm("awa_attempt", reward(**_AWA, attempt_bonus=True), "generation encouragement keeps groups mixed"),
+             Arm("awa_forced", reward(**_AWA, forced_answer=True),
+                 "a forced answer in every all-abstain group keeps a gradient"),
              Arm("none", reward(kind="none"), "what RL can teach this base (the yardstick of adaptive p_i)"),
          ), max_mean_p=0.2),
     Tier("T3", "world v1, the regression control (claim 5)",

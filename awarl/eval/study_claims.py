@@ -261,24 +261,46 @@ def claim_adaptive(table: dict[str, Any]) -> Claim:
                   "T2", table, ["awa_adaptive", "none"], build)
 
 
+def _all_abstain_tests(table: dict[str, Any], arm: str, seeds: list[int]) -> tuple[list[Criterion], dict[int, Any]]:
+    """``arm``'s largest 20-batch window mean of the (sampled) all-abstain group share after batch 50, per seed."""
+    runs = table["T2"][arm]["runs"]
+    worst = {s: max_window_after(runs[s].batches, "all_abstain", ALL_ABSTAIN_AFTER) for s in seeds}
+    tests = [seed_test(f"{arm} all-abstain share (largest 20-batch mean after batch {ALL_ABSTAIN_AFTER}) "
+                       f"<= {ALL_ABSTAIN_MAX}", {s: ALL_ABSTAIN_MAX - v for s, v in worst.items() if v is not None})]
+    if any(v is None for v in worst.values()):
+        tests.append(Criterion(f"{arm} ran more than {ALL_ABSTAIN_AFTER} batches", False, rule="too few batches"))
+    return tests, worst
+
+
 def claim_attempt(table: dict[str, Any]) -> Claim:
     def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
-        runs = table["T2"]["awa_attempt"]["runs"]
-        worst = {s: max_window_after(runs[s].batches, "all_abstain", ALL_ABSTAIN_AFTER) for s in seeds}
-        tests = [seed_test(f"awa_attempt all-abstain share (largest 20-batch mean after batch {ALL_ABSTAIN_AFTER}) "
-                           f"<= {ALL_ABSTAIN_MAX}", {s: ALL_ABSTAIN_MAX - v for s, v in worst.items() if v is not None})]
-        if any(v is None for v in worst.values()):
-            tests.append(Criterion(f"awa_attempt ran more than {ALL_ABSTAIN_AFTER} batches", False, rule="too few batches"))
+        tests, worst = _all_abstain_tests(table, "awa_attempt", seeds)
         return tests, {"largest all-abstain window mean after batch 50": worst}
     return _claim("T2c", "the generation-encouragement arm keeps the all-abstain group share <= 0.3 after batch 50",
                   "T2", table, ["awa_attempt"], build)
+
+
+def claim_forced(table: dict[str, Any]) -> Claim:
+    """Pre-registered with the arm, before it ran: the forced-answer form of generation encouragement keeps
+    the groups the policy samples mixed (T2c's bound) and its reader (T2b's accuracy bound)."""
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        tests, worst = _all_abstain_tests(table, "awa_forced", seeds)
+        acc = _at(table, "T2", "awa_forced", "greedy.accuracy_answerable", seeds)
+        none = _at(table, "T2", "none", "greedy.accuracy_answerable", seeds)
+        tests.append(seed_test(f"awa_forced answerable accuracy >= {ADAPTIVE_ACCURACY} x none's",
+                               {s: acc[s] - ADAPTIVE_ACCURACY * none[s] for s in acc if s in none}))
+        return tests, {"largest sampled all-abstain window mean after batch 50": worst,
+                       "awa_forced accuracy_answerable": acc, "none accuracy_answerable": none}
+    return _claim("T2d", "a forced answer in every all-abstain group keeps the sampled all-abstain share <= 0.3 "
+                  "after batch 50 and answerable accuracy >= 0.8 x none's", "T2", table, ["awa_forced", "none"], build)
 
 
 def claims(table: dict[str, Any]) -> list[Claim]:
     """Claims 1-5 (issue 20) and the weak-base claims (issue 21); the floored, anti-windup AWA's plateau
     on the medium base is claim 2 (T1's AWA arms name both guards on)."""
     return [claim_drift(table), claim_plateaus(table), claim_precision(table), claim_unpredictable(table),
-            claim_regression(table), claim_weak_collapse(table), claim_adaptive(table), claim_attempt(table)]
+            claim_regression(table), claim_weak_collapse(table), claim_adaptive(table), claim_attempt(table),
+            claim_forced(table)]
 
 
 def diagnose(table: dict[str, Any], tier: str, arm: str, seed: int) -> str:

@@ -17,6 +17,11 @@ with what the rewards pay: when a citation reward is attached, the value of answ
 capability p is ``p·(r_correct + c̄_correct) + (1 − p)·(r_wrong + c̄_wrong) + λ·p^γ``, where c̄ is the
 batch's mean weighted citation term on correct (and, with ``cite_on: answered``, wrong) answers.
 
+With ``forced_answer`` (`awarl.train.forced`), a rollout generated with the refusal banned in a group
+that all abstained earns its answer's reward, but counts as the abstention it replaced in the batch
+refusal rate, P_t, the batch precision / accuracy and the all-abstain group share: the controller reads
+what the policy sampled. The zero-advantage and three-outcome shares describe the groups as trained.
+
 Every row of the gathered batch carries what its reward depends on, so every process computes the
 reward of every rollout: the group diagnostics (all-abstain, zero-advantage and three-outcome
 groups) come from the whole batch although TRL hands each process only its slice.
@@ -36,7 +41,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -93,6 +98,8 @@ class BatchStats:
     p_mean: float | None = None
     p_raised: int | None = None
     probe_rollouts: int | None = None
+    forced_answers: float | None = None
+    forced_correct: float | None = None
 
     def metrics(self) -> dict[str, float]:
         """The namespaced metric keys of docs/metrics.md (terms that are unknown are left out)."""
@@ -119,6 +126,8 @@ class BatchStats:
             "awa/p_mean": self.p_mean,
             "awa/p_raised": self.p_raised,
             "awa/probe_rollouts": self.probe_rollouts,
+            "awa/forced_answers": self.forced_answers,
+            "awa/forced_correct": self.forced_correct,
         }
         return {k: float(v) for k, v in out.items() if v is not None}
 
@@ -182,6 +191,7 @@ class AnswerAbstainReward:
         if self.adaptive is not None and not all(isinstance(i, str) for i in ids):
             raise ValueError("adaptive_p needs the dataset column 'id' (the probe raises p_i per question id)")
         cite = self._citation_terms(prompts, completions, verdicts, kw)
+        forced = _forced(kw, n)
         rows = []
         for i, verdict in enumerate(verdicts):
             p_i = float(p[i]) if p is not None else math.nan
@@ -191,7 +201,8 @@ class AnswerAbstainReward:
                                    outcome=OUTCOME_CODES[verdict.score.outcome], p=p_i,
                                    searches=int(searches[i]) if searches is not None else -1, cite=cite[i],
                                    answerable=verdict.answerable,
-                                   answer_reward=math.nan if verdict.abstained else self.answer_reward(verdict, p_i)))
+                                   answer_reward=math.nan if verdict.abstained else self.answer_reward(verdict, p_i),
+                                   forced=forced[i]))
         return rows, verdicts
 
     def score(self, completions: Sequence[Any], kw: dict[str, Any]) -> list[Verdict]:
@@ -255,7 +266,7 @@ class AnswerAbstainReward:
         if not rows:
             raise ValueError("the reward got an empty generation batch")
         cfg = self.cfg
-        metrics = batch_metrics([_OUTCOME_NAMES[r.outcome] for r in rows])
+        metrics = batch_metrics([_OUTCOME_NAMES[r.sampled] for r in rows])  # the policy's own choices
         p = np.array([r.p for r in rows], dtype=np.float64)
         value_correct, value_wrong = self.answer_values(rows)
         expected = None
@@ -269,7 +280,9 @@ class AnswerAbstainReward:
         paid = [self.row_reward(row, self.penalty.value) for row in rows]
         shaped = [value for _, value in paid if value is not None]
         totals = [reward + (0.0 if math.isnan(row.cite) else row.cite) for (reward, _), row in zip(paid, rows)]
-        groups = group_shares(rows, totals)
+        groups = group_shares(rows, totals)  # what GRPO trains on
+        sampled = group_shares([replace(r, outcome=r.sampled) for r in rows], totals)  # what the policy sampled
+        forced = [r for r in rows if r.forced]
         bonus = [self.attempt_bonus(_OUTCOME_NAMES[r.outcome], r.p) for r in rows if r.outcome in _ANSWERS]
         searches = [r.searches for r in rows]
         self.last = BatchStats(
@@ -282,7 +295,7 @@ class AnswerAbstainReward:
             precision=metrics.precision,
             accuracy=metrics.accuracy,
             ra_f1=metrics.ra_f1,
-            all_abstain_groups=None if groups is None else groups.all_abstain,
+            all_abstain_groups=None if sampled is None else sampled.all_abstain,
             searches_per_rollout=None if min(searches) < 0 else sum(searches) / len(searches),
             updated=updated,
             answer_value_correct=value_correct,
@@ -293,10 +306,12 @@ class AnswerAbstainReward:
             three_outcome_groups=None if groups is None else groups.three_outcome,
             windup_held=held,
             attempt_bonus=(sum(bonus) / len(bonus) if bonus else 0.0) if cfg.attempt_bonus else None,
-            collapse_warning=self._watch_collapse(None if groups is None else groups.all_abstain),
+            collapse_warning=self._watch_collapse(None if sampled is None else sampled.all_abstain),
             p_mean=None if np.isnan(p).any() else float(p.mean()),
             p_raised=None if self.adaptive is None else len(self.adaptive.raised),
             probe_rollouts=None if self.adaptive is None else self.adaptive.rollouts,
+            forced_answers=(len(forced) / groups.groups if groups else 0.0) if cfg.forced_answer else None,
+            forced_correct=_share([r.outcome == OUTCOME_CODES["correct"] for r in forced]),
         )
         return self.last
 
@@ -389,6 +404,14 @@ def _capabilities(kw: dict[str, Any], n: int, *, required: bool) -> np.ndarray |
                              f"got {v!r}")
         out[i] = v
     return out
+
+
+def _forced(kw: dict[str, Any], n: int) -> list[bool]:
+    """Per rollout, whether it is a forced answer (`awarl.train.forced` marks its environment)."""
+    envs = kw.get("environments") or []
+    if len(envs) != n:
+        return [False] * n
+    return [getattr(env, "forced_answer", False) is True for env in envs]
 
 
 def _searches(kw: dict[str, Any], n: int) -> list[int] | None:

@@ -33,6 +33,12 @@ class RolloutRow:
     cite: float = float("nan")  # weighted citation term paid to this rollout; NaN when none is paid
     answerable: bool = True
     answer_reward: float = float("nan")  # what an answer earns (kind's rule + attempt bonus); NaN for abstentions
+    forced: bool = False  # generated with the refusal banned in an all-abstain group (awarl.train.forced)
+
+    @property
+    def sampled(self) -> int:
+        """The outcome the policy itself sampled: a forced rollout stands for the abstention it replaced."""
+        return OUTCOME_CODES["abstain"] if self.forced else self.outcome
 
 
 def batch_metrics(outcomes: Sequence[str]) -> Metrics:

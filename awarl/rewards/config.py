@@ -91,6 +91,10 @@ class RewardConfig:
                                     "attempt_bonus_lambda * p^gamma on top of its outcome reward (0 where p = 0); "
                                     "the abstain floor stays r_wrong.")
     attempt_bonus_lambda: float = _f(0.1, "Weight lambda of the attempt bonus, >= 0.")
+    forced_answer: bool = _f(False, "Generation encouragement (awarl's): in every prompt group whose rollouts all "
+                                    "abstained, one rollout is generated again with the refusal phrases banned, so "
+                                    "the group keeps a gradient; it is trained on, but counts as the abstention it "
+                                    "replaced in the batch refusal rate, P_t and the group diagnostics.")
     collapse_warn_share: float = _f(0.9, "Share of all-abstain groups above which a generation batch counts "
                                          "towards the refusal-collapse warning, in (0, 1].")
     collapse_warn_batches: int = _f(10, "Generation batches in a row above collapse_warn_share before the loud "

@@ -11,7 +11,8 @@
 4. `build_rewards` — `awarl.rewards.build_reward_funcs`, the stateful answer/abstain reward first;
 5. `grpo_args` — TRL ``GRPOConfig`` from the recipe's ``grpo`` section plus awarl's defaults;
 6. the trainer, with the penalty-state, summary and collapse-warning callbacks (and, with
-   ``reward.adaptive_p``, the forced-answer probe of `awarl.train.probe`); the penalty is frozen while
+   ``reward.adaptive_p``, the forced-answer probe of `awarl.train.probe`; with ``reward.forced_answer``, a
+   forced-answer rollout in every all-abstain group, `awarl.train.forced`); the penalty is frozen while
    TRL evaluates on the held-out split; `resume_checkpoint` restores the penalty state (and the adaptive
    p_i ratchet) before TRL restores weights, optimizer, RNG and data position;
 7. the final model saved with its tokenizer, chat template and the resolved recipe
@@ -316,6 +317,7 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
         configure_logging,
     )
     from awarl.train.lm_head import use_plain_lm_head
+    from awarl.train.forced import force_answers
     from awarl.train.rollout_checks import guard_rollouts
 
     config.check_trainer_fields()
@@ -357,6 +359,9 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
     if config.reward.adaptive_p:
         _check_probe_can_generate(trainer)
     guard_rollouts(trainer)  # trained ids == sampled ids + tool suffixes, per-rollout budget; logs env/truncated
+    if config.reward.forced_answer:
+        _check_forced_answers_can_generate(trainer)
+        force_answers(trainer, config.rollout.phrases)  # after the guard, so forced rollouts are checked too
     return trainer, stateful
 
 
@@ -382,6 +387,14 @@ def _check_probe_can_generate(trainer: Any) -> None:
         raise ConfigError("reward.adaptive_p: the forced-answer probe needs the whole model on every process, and "
                           "DeepSpeed ZeRO-3 shards it; use DDP or ZeRO-2 (configs/accelerate), or reward.adaptive_p: "
                           "false")
+
+
+def _check_forced_answers_can_generate(trainer: Any) -> None:
+    """Forced answers ban the refusal through the transformers generation config, which vLLM does not read."""
+    if trainer.use_vllm:
+        raise ConfigError("reward.forced_answer: forced-answer rollouts ban the refusal phrases in transformers "
+                          "generation, and this recipe generates with vLLM (grpo.use_vllm); set grpo.use_vllm: false "
+                          "or reward.forced_answer: false")
 
 
 def freeze_penalty_during_evaluation(trainer: Any, stateful: Any) -> None:

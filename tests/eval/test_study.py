@@ -39,6 +39,7 @@ def test_every_arm_names_every_reward_switch():
     t2 = TIERS["T2"]
     assert t2.arm("awa_adaptive").reward["adaptive_p"] and not t2.arm("awa_g0.5").reward["adaptive_p"]
     assert t2.arm("awa_attempt").reward["attempt_bonus"] and t2.max_mean_p == 0.2
+    assert t2.arm("awa_forced").reward["forced_answer"] and not t2.arm("awa_attempt").reward["forced_answer"]
     assert "world.version=1" in TIERS["T3"].base and TIERS["T3"].steps < t1.steps
     with pytest.raises(KeyError, match="not reward switches"):
         study.reward(gama=0.3)
@@ -242,14 +243,17 @@ def test_weak_base_claims(tmp_path):
         record(tmp_path, "T2", "none", seed, refusal=0.0, greedy={"accuracy_answerable": 0.5})
         record(tmp_path, "T2", "awa_adaptive", seed, greedy={"accuracy_answerable": 0.45, "abstain_recall": 0.85})
         record(tmp_path, "T2", "awa_attempt", seed, refusal=0.5, all_abstain=0.2)
+        record(tmp_path, "T2", "awa_forced", seed, refusal=0.5, all_abstain=0.25, greedy={"accuracy_answerable": 0.41})
     verdicts = _verdicts(tmp_path)
-    assert verdicts["T2a"] and verdicts["T2b"] and verdicts["T2c"]
+    assert verdicts["T2a"] and verdicts["T2b"] and verdicts["T2c"] and verdicts["T2d"]
     for seed in SEEDS:
         record(tmp_path, "T2", "awa_g0.5", seed, refusal=0.5, target=0.9, capped=0.9, P=-0.7)  # no collapse
         record(tmp_path, "T2", "awa_adaptive", seed, greedy={"accuracy_answerable": 0.2, "abstain_recall": 0.9})
         record(tmp_path, "T2", "awa_attempt", seed, refusal=0.9, all_abstain=0.6)
+    record(tmp_path, "T2", "awa_forced", 1, refusal=0.5, all_abstain=0.25, greedy={"accuracy_answerable": 0.39})
     found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
-    assert [found[n].holds for n in ("T2a", "T2b", "T2c")] == [False, False, False]
+    assert [found[n].holds for n in ("T2a", "T2b", "T2c", "T2d")] == [False, False, False, False]
+    assert found["T2d"].complete  # one seed under 0.8 x none's accuracy (0.39 < 0.40) fails it
     assert any("windup" in d for d in found["T2a"].diagnostics)
 
 
@@ -345,5 +349,6 @@ def test_run_builds_the_bases_first_and_skips_a_base_that_misses_its_preconditio
     record(tmp_path, "T2", "none", 0)  # already finished: skipped
     assert fid.run(tmp_path, ["T2"], [0, 1], None, fid.RECIPE, jobs=2) == 0
     assert sorted(calls[:2]) == [("base", 0), ("base", 1)]
-    assert sorted(calls[2:]) == [(a, 0) for a in sorted(("static_0.5", "awa_g0.5", "awa_adaptive", "awa_attempt"))]
+    assert sorted(calls[2:]) == [(a, 0) for a in sorted(("static_0.5", "awa_g0.5", "awa_adaptive", "awa_attempt",
+                                                                          "awa_forced"))]
     assert "T2 seed 1: the base's mean p_i on answerable RL questions is 0.350 > 0.2" in capsys.readouterr().out

@@ -154,6 +154,45 @@ def test_attempt_bonus_moves_the_expected_rate():
     assert logged["awa/expected_refusal_rate"] == 0.0
 
 
+# ---- forced answers ---------------------------------------------------------------------------------------
+
+class Env:
+    """What the reward reads of a SearchEnv: its searches and whether the rollout was forced."""
+
+    def __init__(self, forced: bool = False):
+        self.queries, self.forced_answer = ["q"], forced
+
+
+def test_a_forced_answer_earns_its_reward_but_counts_as_the_abstention_it_replaced():
+    """Group a sampled {abstain x4} and got one forced answer (right); group b is a sampled mix."""
+    completions = [RIGHT, ABSTAIN, ABSTAIN, ABSTAIN, RIGHT, WRONG, ABSTAIN, RIGHT]
+    ids = ["a"] * 4 + ["b"] * 4
+    envs = [Env(forced=True)] + [Env() for _ in range(7)]
+    reward = AnswerAbstainReward(RewardConfig(forced_answer=True, w_cite=0.0))
+    out, logged = batch(reward, completions, [0.5] * 8, ids=ids, environments=envs)
+    assert out[0] == 1.0 and out[1] == out[2] == out[3] < 1.0  # the forced answer pays as an answer
+    assert logged["awa/refusal_rate"] == 5 / 8  # the policy sampled 5 abstentions
+    assert logged["awa/precision"] == 2 / 3 and logged["awa/accuracy"] == 2 / 8
+    assert logged["awa/all_abstain_groups"] == 0.5  # group a, as sampled
+    assert logged["awa/zero_advantage_groups"] == 0.0  # as trained, group a has a gradient
+    assert logged["awa/forced_answers"] == 0.5 and logged["awa/forced_correct"] == 1.0
+    assert reward.penalty.state.step == 1
+    unforced = AnswerAbstainReward(RewardConfig(forced_answer=True, w_cite=0.0))
+    _, plain = batch(unforced, [ABSTAIN] + completions[1:], [0.5] * 8, ids=ids, environments=[Env() for _ in range(8)])
+    assert plain["awa/refusal_rate"] == logged["awa/refusal_rate"] and plain["awa/penalty"] == logged["awa/penalty"]
+    assert plain["awa/forced_answers"] == 0.0 and "awa/forced_correct" not in plain
+
+
+def test_the_forced_rollout_is_the_first_of_each_all_abstain_group_across_processes():
+    from awarl.train.forced import forced_rollouts
+
+    # (rank, index, group, abstained): group 7 spans both ranks; 8 has an answer; 9 is a single rollout
+    flags = [(1, 0, 7, True), (0, 1, 7, True), (0, 0, 8, True), (1, 1, 8, False), (1, 2, 9, True),
+             (0, 2, 6, True), (1, 3, 6, True)]
+    assert forced_rollouts(flags) == [(0, 1), (0, 2)]
+    assert forced_rollouts([(0, i, 1, False) for i in range(4)]) == []
+
+
 # ---- collapse diagnostics ---------------------------------------------------------------------------------
 
 def test_group_shares_are_logged_from_the_whole_batch():

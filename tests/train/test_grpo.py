@@ -232,6 +232,38 @@ def test_capability_training_and_evaluation_describe_one_agent(full_run, tiny_sf
     assert json.loads((tmp_path / "eval2" / "run.json").read_text())["rollout"] == trained
 
 
+# -- forced answers in all-abstain groups ---------------------------------------------------------------------
+def test_grpo_with_forced_answers_generates_replaces_and_counts_them(tiny_sft_model_dir, train_files, tmp_path,
+                                                                      monkeypatch):
+    """A real run in which every group gets its forced answer. The warm-started tiny model seldom abstains
+    on a whole group, so the group choice (`forced_rollouts`, tested on its own in tests/rewards) is replaced
+    by "the first rollout of every group". The forced rollouts pass the rollout checks, never abstain, are
+    what GRPO trains on, and count as abstentions in the logged refusal rate."""
+    import pandas as pd
+
+    from awarl.protocol import parse_final
+    from awarl.train import forced
+
+    monkeypatch.setattr(forced, "forced_rollouts",
+                        lambda flags: sorted({g: min((r, i) for r, i, h, _ in flags if h == g)
+                                              for _, _, g, _ in flags}.values()))
+    out = tmp_path / "forced"
+    overrides = [*tiny_overrides(tiny_sft_model_dir, train_files, out, log_completions="true"),
+                 "reward.forced_answer=true"]
+    grpo.main(TrainConfig.from_yaml(TINY_RECIPE, overrides))
+    logs = [h for h in _state(out / "checkpoint-2")["log_history"] if "loss" in h]
+    assert len(logs) == 2
+    for step, row in enumerate(logs, start=1):
+        frame = pd.read_parquet(out / "completions" / f"completions_{step:05d}.parquet")
+        abstained = [parse_final(str(c)).abstained for c in frame["completion"]]
+        first = ~frame["prompt"].astype(str).duplicated()  # the forced rollout of each group: its first
+        assert first.sum() == 2 and not any(a for a, f in zip(abstained, first) if f)
+        assert row["awa/forced_answers"] == 1.0
+        policy = sum(a for a, f in zip(abstained, first) if not f) + first.sum()  # forced count as abstentions
+        assert row["awa/refusal_rate"] == pytest.approx(policy / len(frame))
+        assert row["completions/mean_length"] > 0 and "env/truncated" in row
+
+
 # -- adaptive p_i: the forced-answer probe --------------------------------------------------------------------
 def _adaptive_overrides(model_dir, files, out, **grpo_settings):
     return [*tiny_overrides(model_dir, files, out, **grpo_settings), "reward.adaptive_p=true",
