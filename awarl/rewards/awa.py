@@ -371,7 +371,8 @@ def collapse_advice(streak: int, share: float, cfg: RewardConfig) -> str:
     return (f"REFUSAL COLLAPSE: {share:.0%} of the prompt groups abstained on every rollout, more than "
             f"{cfg.collapse_warn_share:.0%} for {streak} generation batches in a row. GRPO learns nothing from "
             f"such a group (equal rewards, zero advantage), so this state does not fix itself. Change: turn on "
-            f"generation encouragement (reward.attempt_bonus: true) or adaptive p_i (reward.adaptive_p: true); "
+            f"generation encouragement (reward.forced_answer: true, a forced answer in every all-abstain group, "
+            f"or reward.attempt_bonus: true) or adaptive p_i (reward.adaptive_p: true); "
             f"start GRPO from a stronger base (more SFT steps, or fewer abstentions in the SFT data); or lower "
             f"reward.gamma / use reward.kind: none to see whether the policy can answer at all.")
 
