@@ -316,8 +316,8 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
         SummaryCallback,
         configure_logging,
     )
-    from awarl.train.lm_head import use_plain_lm_head
     from awarl.train.forced import force_answers
+    from awarl.train.lm_head import use_plain_lm_head
     from awarl.train.rollout_checks import guard_rollouts
 
     config.check_trainer_fields()
