@@ -30,7 +30,7 @@ is trained on like any other rollout:
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,10 +92,7 @@ def force_answers(trainer: Any, phrases: Sequence[str]) -> None:
                  for i, (row, prompt, completion) in enumerate(zip(inputs, prompts, completions, strict=True))]
         chosen = forced_rollouts(gather_rows(local))
         mine = [i for r, i in chosen if r == rank]
-        per_rank: dict[int, int] = defaultdict(int)
-        for r, _ in chosen:
-            per_rank[r] += 1
-        width = max(per_rank.values(), default=0)
+        width = max(Counter(r for r, _ in chosen).values(), default=0)  # the busiest process's count
         if width == 0:
             return out
         return _splice(out, mine, _generate_forced(trainer, generate, prompts, inputs, mine, width, banned, spares))
