@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -215,12 +214,17 @@ def _awarl(*args: str, cwd: Path) -> str:
 
 @pytest.mark.slow
 def test_smollm2_recipe_end_to_end(smollm2_dir, tmp_path, monkeypatch):
-    """configs/smollm2_world.yaml's own commands, shortened: world data (the recipe's script), 2 LoRA SFT steps,
-    p_i (K = 2) on 2 questions, 1 LoRA GRPO step with every rollout checked, a greedy evaluation on 2 questions."""
+    """configs/smollm2_world.yaml's own commands, shortened to what proves each stage runs on the real model: world
+    data (the recipe's script), 1 LoRA SFT step on one conversation, p_i (K = 2) on 2 questions, 1 LoRA GRPO step on
+    one group of 2 rollouts of at most 128 tokens with every rollout checked, a greedy evaluation on 2 questions.
+    (The 135 M model's forward and backward passes are most of the suite's time: the full recipe's sizes are timed
+    in docs/training.md, not here.)"""
     from awarl.data.records import iter_jsonl, write_jsonl
 
     (tmp_path / "configs").mkdir()
-    shutil.copy(RECIPE, tmp_path / "configs" / RECIPE.name)
+    text = RECIPE.read_text()
+    assert "max_completion_tokens: 384" in text
+    (tmp_path / "configs" / RECIPE.name).write_text(text.replace("max_completion_tokens: 384", "max_completion_tokens: 128"))
     (tmp_path / "runs" / "smollm2").mkdir(parents=True)
     (tmp_path / "runs" / "smollm2" / "base").symlink_to(smollm2_dir.resolve())
     monkeypatch.chdir(tmp_path)  # the recipe's paths are relative
@@ -234,14 +238,16 @@ def test_smollm2_recipe_end_to_end(smollm2_dir, tmp_path, monkeypatch):
     quiet = ["--set", "logging.report_to=[none]"]
     cfg = ["--config", "configs/smollm2_world.yaml"]
     _awarl("train", "sft", *cfg, "--set", "data.records=runs/smollm2/world/sft_records.jsonl",
-           "--set", "sft.args.max_steps=2", *quiet, cwd=tmp_path)
+           "--set", "sft.args.max_steps=1", "--set", "sft.args.per_device_train_batch_size=1",
+           "--set", "sft.args.gradient_accumulation_steps=1", *quiet, cwd=tmp_path)
     corpus = ["--corpus", "runs/smollm2/world/corpus.jsonl"]
     _awarl("capability", "estimate", *cfg, "--model", "runs/smollm2/sft/final", "--data",
            "runs/smollm2/world/rl_small.jsonl", *corpus, "--k", "2", "--out", "runs/smollm2/capability.jsonl",
            "--no-progress", cwd=tmp_path)
     _awarl("train", "grpo", *cfg, "--set", "data.records=runs/smollm2/world/rl_small.jsonl", "--set",
-           "grpo.max_steps=1", "--set", "grpo.per_device_train_batch_size=2", "--set", "grpo.gradient_accumulation_steps=2",
-           "--set", "grpo.steps_per_generation=2", "--set", "grpo.save_strategy=no",
+           "grpo.max_steps=1", "--set", "grpo.num_generations=2", "--set", "grpo.per_device_train_batch_size=2",
+           "--set", "grpo.gradient_accumulation_steps=1", "--set", "grpo.steps_per_generation=1",
+           "--set", "grpo.save_strategy=no",
            *quiet, cwd=tmp_path)
     _awarl("eval", "run", *cfg, "--model", "runs/smollm2/grpo/final", "--data", "runs/smollm2/world/eval_small.jsonl",
            *corpus, "--out", "runs/smollm2/eval/grpo", "--no-progress", cwd=tmp_path)
