@@ -88,8 +88,8 @@ def test_the_quick_demo_writes_everything_meets_its_floors_and_resumes(quick_dem
     assert "after RL: awa (reward `awa`)" in report and "after RL: none (reward `none`)" in report
     assert "**awa − none**: precision" in report and "| before RL | " in report  # the refusal-by-p_i table
     assert "A base with spread" in report and "| Spearman(p_i, u) | >= 0.5 |" in report
-    assert "| cite coverage | right, all cited |" in report  # how many hops the answers cite, before and after RL
-    assert all("support_coverage" in run and "all_support_share" in run
+    assert "| cite coverage | right, all cited | cites not retrieved |" in report  # hops cited; cites read or not
+    assert all("support_coverage" in run and "all_support_share" in run and "unretrieved_share" in run
                for run in (saved["before_rl"], *(arm["after_rl"] for arm in saved["arms"].values())))
     log = (out / "demo.log").read_text()
     assert "loss" in log  # TRL's per-step dicts went to the log

@@ -20,6 +20,8 @@ COLUMNS = {
     "cite coverage": "share of the gold supporting passages (both hops) an answer cites, over answered answerable questions",
     "right, all cited": "share of right answers that cite every supporting passage (what lets the chatbot's checker "
                         "prove an answer from its citations alone)",
+    "cites not retrieved": "share of cited passages that the answer's own searches never returned (recalled from "
+                           "training or guessed, not read from the results)",
     "expected refusal": "share of questions where refusing is the better bet under the AWA reward: "
                         "R_base(p) = 1 - max(p, p_clip)^gamma > the value of answering (p = the SFT checkpoint's p_i; "
                         "the citation term as training paid it late in the run included)",
@@ -45,6 +47,7 @@ def run_summary(metrics: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str
         "unparsable": sum(r.get("answer") is None for r in rows) / max(len(rows), 1),
         "searches_per_question": o.get("searches_per_question"),
         "support_coverage": o.get("support_coverage"), "all_support_share": o.get("all_support_share"),
+        "unretrieved_share": o.get("unretrieved_share"),
     }
 
 
@@ -218,7 +221,7 @@ def _results_table(m: dict[str, Any]) -> list[str]:
     rows = [("precision", "precision"), ("accuracy", "accuracy"), ("RA-F1", "ra_f1"), ("refusal", "refusal_rate"),
             ("abstain-recall", "abstain_recall"), ("over-refusal", "over_refusal"),
             ("acc. answerable", "accuracy_answerable"), ("cite coverage", "support_coverage"),
-            ("right, all cited", "all_support_share")]
+            ("right, all cited", "all_support_share"), ("cites not retrieved", "unretrieved_share")]
     table = ["| run | " + " | ".join(label for label, _ in rows) + " | expected refusal |",
              "|---" * (len(rows) + 2) + "|"]
     targets = [None] + [arm["expected_refusal"] for arm in m["arms"].values()]

@@ -37,6 +37,7 @@ COLUMNS = (
     ("over_refusal", "over-refusal"),
     ("fabricated_share", "fabricated cites"),
     ("unsupported_share", "unsupported cites"),
+    ("unretrieved_share", "cites not retrieved"),
     ("support_coverage", "support coverage"),
 )
 DECILES = 10
@@ -134,7 +135,8 @@ def to_markdown(rows: Sequence[dict[str, Any]], runs: Sequence[RunSummary]) -> s
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "P = correct / answered, A = correct / all, RA-F1 = 2PA / (P + A); refusal, EM and F1 over all "
               "questions; macro avg = mean over data sets. Citations: fabricated = cited ids not in the corpus, "
-              "unsupported = cited passages not among the gold supporting passages.", ""]
+              "unsupported = cited passages not among the gold supporting passages, not retrieved = cited passages "
+              "that the answer's own searches never returned (recalled or guessed, not read).", ""]
     lines += _settings_section(runs)
     if any(any(d["n"] for d in run.calibration) for run in runs):
         lines += ["## Refusal rate by p_i decile", "", "| run | " + " | ".join(f"{d / 10:.1f}–{(d + 1) / 10:.1f}"

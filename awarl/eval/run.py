@@ -192,7 +192,8 @@ def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord
 
     per_dataset = {name: {**m.to_dict(), **extras(groups[name])} for name, m in scored.per_dataset.items()}
     macro = dict(scored.macro)
-    for key in ("searches_per_question", "fabricated_share", "unsupported_share", "support_coverage", "all_support_share"):
+    for key in ("searches_per_question", "fabricated_share", "unsupported_share", "unretrieved_share", "support_coverage",
+                "all_support_share"):
         values = [d[key] for d in per_dataset.values() if d.get(key) is not None]
         macro[key] = sum(values) / len(values) if values else None
     metrics = {
@@ -228,6 +229,9 @@ def citation_integrity(records: Sequence[QARecord], rows: Sequence[dict[str, Any
     """The VaaS citation error types over answered (non-abstained) questions.
 
     - fabricated share: cited ids that are not in the corpus, over all cited ids;
+    - unretrieved share: cited passages that exist but that none of the answer's own searches returned
+      (recalled from training or guessed, not read), over cited existing passages of rows that record
+      what their searches returned (``retrieved_ids``);
     - unsupported share: cited passages that exist but are not among the question's gold
       supporting passages, over cited existing passages of questions that have gold support;
     - support coverage: the share of its gold supporting passages an answer cites, averaged over
@@ -236,7 +240,7 @@ def citation_integrity(records: Sequence[QARecord], rows: Sequence[dict[str, Any
     """
     from awarl.agent.setup import passage_exists
 
-    cited = fabricated = checked = unsupported = answered = with_citation = 0
+    cited = fabricated = checked = unsupported = answered = with_citation = traced = unretrieved = 0
     coverage: list[float] = []
     right_full: list[bool] = []
     for record, t in zip(records, rows):
@@ -250,11 +254,16 @@ def citation_integrity(records: Sequence[QARecord], rows: Sequence[dict[str, Any
             coverage.append(len(gold & set(cites)) / len(gold))
             if t.get("outcome") == "correct":
                 right_full.append(gold <= set(cites))
+        returned = set(t["retrieved_ids"]) if "retrieved_ids" in t else None
         for pid in cites:
             cited += 1
             if not passage_exists(retriever, pid):
                 fabricated += 1
-            elif gold:
+                continue
+            if returned is not None:
+                traced += 1
+                unretrieved += pid not in returned
+            if gold:
                 checked += 1
                 unsupported += pid not in gold
     return {
@@ -262,6 +271,7 @@ def citation_integrity(records: Sequence[QARecord], rows: Sequence[dict[str, Any
         "cited_answer_share": with_citation / answered if answered else None,
         "fabricated_share": fabricated / cited if cited else None,
         "unsupported_share": unsupported / checked if checked else None,
+        "unretrieved_share": unretrieved / traced if traced else None,
         "support_coverage": sum(coverage) / len(coverage) if coverage else None,
         "all_support_share": sum(right_full) / len(right_full) if right_full else None,
     }

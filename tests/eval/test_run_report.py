@@ -237,3 +237,26 @@ def test_support_coverage_counts_the_hops_an_answer_cites():
     assert got["support_coverage"] == pytest.approx((1.0 + 0.5 + 0.0) / 3)
     assert got["all_support_share"] == pytest.approx(1 / 2)
     assert got["fabricated_share"] == pytest.approx(1 / 5)  # zz of a1, a2, b2, zz, x
+    assert got["unretrieved_share"] is None  # no row records what its searches returned
+
+
+def test_unretrieved_share_counts_cited_passages_the_answers_own_searches_never_returned():
+    """A cited passage that exists but that none of the answer's searches returned was recalled or guessed, not
+    read; fabricated ids, abstentions and rows that do not record their searches are left out."""
+    from awarl.data.records import QARecord
+    from awarl.eval.run import citation_integrity
+
+    class Corpus:
+        def get_passage(self, pid):
+            if pid not in {"a1", "a2", "b1", "b2", "m"}:
+                raise KeyError(pid)
+
+    records = [QARecord(k, "q", ["A"], "world", supporting=s) for k, s in
+               (("a", ["a1", "a2"]), ("b", ["b1", "b2"]), ("c", ["a1"]), ("d", ["b1"]))]
+    rows = [{"answer": "A", "outcome": "correct", "citations": ["a1", "a2"], "retrieved_ids": ["a1", "a2", "x"]},
+            {"answer": "B", "outcome": "wrong", "citations": ["b1", "m", "zz"], "retrieved_ids": ["b1"]},  # m recalled
+            {"answer": "C", "outcome": "wrong", "citations": ["a2"]},  # searches not recorded: left out
+            {"answer": None, "abstained": True, "citations": ["m"], "retrieved_ids": []}]  # abstained: left out
+    got = citation_integrity(records, rows, Corpus())
+    assert got["unretrieved_share"] == pytest.approx(1 / 4)  # m of a1, a2, b1, m (zz is fabricated)
+    assert got["fabricated_share"] == pytest.approx(1 / 6)
