@@ -287,6 +287,19 @@ def test_refusal_by_p_bins_by_value():
                                   {"p": 1.0, "n": 1, "refusal": 0.0}]
 
 
+def test_the_report_says_when_citations_are_recalled_not_read():
+    """Where most cited passages were never returned by the agent's own searches, the report says so per run;
+    where the agent cites what it read, it says nothing."""
+    from awarl.demo.report import _citation_lines
+
+    arm = {"reward": {"kind": "awa"}, "after_rl": {"unretrieved_share": 0.994}}
+    metrics = {"before_rl": {"unretrieved_share": 0.2}, "arms": {"awa": arm}}
+    text = "\n".join(_citation_lines(metrics))
+    assert "Citations are recalled, not read" in text and "after RL: awa 99%" in text and "before RL" not in text
+    metrics["arms"]["awa"]["after_rl"]["unretrieved_share"] = None  # no citations at all
+    assert _citation_lines(metrics) == []
+
+
 def test_summary_line_fields():
     assert summary_fields("[sft] step 40/600 | loss 0.4210 | 0.21 s/step") == {"step": 40.0, "loss": 0.421}
 

@@ -246,6 +246,19 @@ def _what_the_reward_buys(m: dict[str, Any]) -> list[str]:
             "seed). Held-out differences:", "", *lines, ""]
 
 
+def _citation_lines(m: dict[str, Any]) -> list[str]:
+    """A note where most cited passages were never returned to the agent: its ids are recalled, not read."""
+    recalled = [(label, r["unretrieved_share"]) for label, r in _runs(m) if (r.get("unretrieved_share") or 0) >= 0.5]
+    if not recalled:
+        return []
+    shares = ", ".join(f"{label.split(' (')[0]} {share:.0%}" for label, share in recalled)
+    return ["**Citations are recalled, not read** (cites not retrieved: " + shares + "): the ids the agent cites "
+            "were mostly never returned by its own searches, so cite coverage says nothing about its reading. A tiny "
+            "model copies a one-token city from a result but not an 11-token passage id (docs/benchmarks.md, "
+            "\"Citing what it read\"); the chatbot's checker adds the passages its searches returned but it did not "
+            "cite as premises, and says so (docs/chat.md, \"Premises from the agent's search trace\").", ""]
+
+
 def _refusal_by_p_table(m: dict[str, Any]) -> list[str]:
     runs = [("before RL", m["before_rl_refusal_by_p"])] + [(n, a["refusal_by_p"]) for n, a in m["arms"].items()]
     ps = sorted({q["p"] for _, pts in runs for q in pts})
@@ -299,7 +312,7 @@ def report_markdown(m: dict[str, Any]) -> str:
         f"{1 - m.get('warm_start_abstain_share', 1.0):.0%} of its unanswerable ones the gold reply guesses from an "
         "irrelevant passage instead of abstaining (`warm_start.abstain_share` in the recipe), as instruction data "
         "that never says \"I don't know\" would teach.", "",
-        "## Held-out evaluation (greedy)", "", *_results_table(m), "", *_what_the_reward_buys(m),
+        "## Held-out evaluation (greedy)", "", *_results_table(m), "", *_what_the_reward_buys(m), *_citation_lines(m),
         "The expected refusal rate is an AWA arm's training target: the share of these questions where refusing is "
         "the better bet under its reward, from the SFT checkpoint's p_i. What each column means:", "",
         *(f"- **{k}**: {v}" for k, v in COLUMNS.items()), "",
