@@ -217,7 +217,7 @@ def test_smollm2_recipe_end_to_end(smollm2_dir, tmp_path, monkeypatch):
     """configs/smollm2_world.yaml's own commands, shortened to what proves each stage runs on the real model: world
     data (the recipe's script), 1 LoRA SFT step on one conversation, p_i (K = 2) on 2 questions, 1 LoRA GRPO step on
     one group of 2 rollouts of at most 128 tokens with every rollout checked, a greedy evaluation on 2 questions.
-    (The 135 M model's forward and backward passes are most of the suite's time: the full recipe's sizes are timed
+    (The 135 M model's forward and backward passes are most of this test's time: the full recipe's sizes are timed
     in docs/training.md, not here.)"""
     from awarl.data.records import iter_jsonl, write_jsonl
 
