@@ -62,12 +62,31 @@ def build_messages(question: str, system_prompt: str | None = None) -> list[dict
 
 
 def render_passage(pid: str, title: str, text: str) -> str:
-    """One search result line, as the model sees it: ``[<id>] <title>: <text>``.
+    """One search result line, as the model sees it: ``<title>: <text> [<id>]``, the passage followed by
+    its id, as an answer is followed by its citations. The id comes last so that it follows the words
+    an answer repeats: a small model learns to copy it from there (an induction pattern: the answer's
+    word, then what followed that word in the results), and not from the start of the line
+    (docs/benchmarks.md, "Citing what it read").
 
     >>> render_passage("d1", "Paris", "Capital of France.")
-    '[d1] Paris: Capital of France.'
+    'Paris: Capital of France. [d1]'
     """
-    return f"[{pid}] {title}: {text}"
+    return f"{title}: {text} [{pid}]"
+
+
+_RESULT_LINE_RE = re.compile(r"^(.*?): (.*) \[([^\]\s]+)\]$", re.M)
+
+
+def parse_results(rendered: str) -> list[tuple[str, str, str]]:
+    """The ``(id, title, text)`` of each line of a rendered search result: the inverse of `render_passage`,
+    the one place that reads its format (the runner's retrieved ids, the chatbot's trace premises and the
+    world's gold conversations and audit all call it). The title ends at the line's first ``": "``; a
+    title that holds one itself is split there, which the caller can mend with the title it knows.
+
+    >>> parse_results("Paris: Capital of France. [d1]\\n(no passage matched)\\nRome: A city: old [1]. [d2]")
+    [('d1', 'Paris', 'Capital of France.'), ('d2', 'Rome', 'A city: old [1].')]
+    """
+    return [(pid, title, text) for title, text, pid in _RESULT_LINE_RE.findall(rendered or "")]
 
 
 def format_final(answer: str, citations: Sequence[str] = ()) -> str:

@@ -184,7 +184,8 @@ def tiny_world_sft_model_dir(tiny_world_model_dir, test_world) -> Path:
     from awarl.train.tiny import warm_start_on_world
 
     key = _fingerprint(ROOT / "awarl/train/tiny.py", ROOT / "awarl/protocol.py", ROOT / "awarl/agent/env.py",
-                       ROOT / "awarl/train/sft.py", ROOT / "awarl/search/retriever.py", ROOT / "awarl/data/world.py")
+                       ROOT / "awarl/train/sft.py", ROOT / "awarl/search/retriever.py", ROOT / "awarl/data/world.py",
+                       ROOT / "awarl/data/world_facts.py", ROOT / "awarl/data/world_v2.py")
     return _locked_build(CACHE / f"tiny-world-sft-{key}",
                          lambda d: warm_start_on_world(tiny_world_model_dir, d, test_world))
 

@@ -28,7 +28,7 @@ Records the table does not list (real data, chatbot questions) get the index's r
     >>> env = make_env()
     >>> env.reset(question="capital of France?", passages=["d1", "d2"])
     >>> env.search("capital of France")
-    '[d1] Paris: Paris is the capital of France.'
+    'Paris: Paris is the capital of France. [d1]'
     >>> env.queries, env.retrieved
     (['capital of France'], [['d1']])
 """
@@ -110,7 +110,7 @@ class SearchEnv:
     def search(self, query: str) -> str:
         """Search the passage collection for evidence.
 
-        Returns the best-matching passages, one per line, as "[<passage id>] <title>: <text>".
+        Returns the best-matching passages, one per line, as "<title>: <text> [<passage id>]".
         Cite the passages you use by writing their ids in square brackets after your answer.
         Search for one fact at a time, and search again with other keywords if needed.
 

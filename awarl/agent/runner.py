@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,12 +39,10 @@ from typing import Any, Literal
 from awarl.agent.settings import RolloutSettings
 from awarl.data.records import QARecord
 from awarl.errors import BackendError, ConfigError
-from awarl.protocol import build_messages, parse_final, score
+from awarl.protocol import build_messages, parse_final, parse_results, score
 from awarl.llm.base import ChatPrompt, Generation, Generator, SamplingParams
 
 StopReason = Literal["answer", "abstain", "no_answer", "turn_budget", "token_budget"]
-
-_RESULT_ID_RE = re.compile(r"^\[([^\]\s]+)\]", re.M)
 
 
 @dataclass
@@ -191,12 +188,12 @@ def env_tools(env: Any) -> list[Callable]:
 
 
 def result_ids(tool_result: str) -> list[str]:
-    """Passage ids at the start of each line of a search result (``[<id>] <title>: <text>``).
+    """Passage ids of the lines of a search result, in rank order (`awarl.protocol.parse_results`).
 
-    >>> result_ids("[d1] Paris: capital\\n[d2] Rome: city")
+    >>> result_ids("Paris: capital [d1]\\nRome: city [d2]")
     ['d1', 'd2']
     """
-    return _RESULT_ID_RE.findall(tool_result or "")
+    return [pid for pid, _, _ in parse_results(tool_result)]
 
 
 class ChatTemplate:

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 ROLLOUT_FILE = "rollout.json"
 RECIPE_FILE = "awarl_recipe.yaml"
 
-# Rough tokens per passage word plus the "[id] title: " prefix; used only to warn about budgets.
+# Rough tokens per passage word plus the "title: " and " [id]" around it; used only to warn about budgets.
 _TOKENS_PER_WORD = 1.4
 _PASSAGE_OVERHEAD_TOKENS = 12
 

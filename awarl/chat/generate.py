@@ -322,24 +322,23 @@ class AgentGenerator:
 
 def returned_passages(trajectory: Any, retriever: Any) -> list[dict[str, str]]:
     """The passages the agent's searches returned, each once, with the text as the search result showed it
-    (``[<id>] <title>: <text>``, cut to the rollout's passage words): all the agent saw, and so the only
+    (``<title>: <text> [<id>]``, cut to the rollout's passage words): all the agent saw, and so the only
     passages the loop may take an uncited premise from (`awarl.chat.validate.Validator`)."""
-    from awarl.agent.runner import result_ids
+    from awarl.protocol import parse_results
 
     out: list[dict[str, str]] = []
     seen: set[str] = set()
     results = [call.result or "" for turn in trajectory.turns for call in turn.tool_calls if not call.failed]
     for result in results:
-        for line in result.splitlines():
-            pid = next(iter(result_ids(line)), None)
-            if pid is None or pid in seen:
+        for pid, head, text in parse_results(result):
+            if pid in seen:
                 continue
             try:
                 title = retriever.get_passage(pid).title
             except KeyError:
                 continue
-            prefix = f"[{pid}] {title}: "
-            if line.startswith(prefix):
+            shown = f"{head}: {text}"
+            if shown.startswith(f"{title}: "):  # the corpus's title, which may hold ": " itself
                 seen.add(pid)
-                out.append({"id": pid, "title": title, "text": line[len(prefix):]})
+                out.append({"id": pid, "title": title, "text": shown[len(title) + 2:]})
     return out

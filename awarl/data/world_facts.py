@@ -10,6 +10,7 @@ from typing import Any
 
 from awarl.data.records import Passage
 from awarl.errors import ConfigError
+from awarl.protocol import parse_results
 
 # Invented single words: short, distinct, pronounceable, none an English word the BM25 stopword
 # list or the SQuAD normaliser would touch.
@@ -264,12 +265,11 @@ def gold_queries(q: Question, first: str = "relation") -> list[str]:
     return [head] + [f"{PLACE_LEVELS[i + 1]} {place}" for i, place in enumerate(q.chain[:-1])]
 
 
-_LINK = re.compile(r"^\[(\w+)\] [^:]+: \S+ is a \w+ in the \w+ (\w+)\.$", re.MULTILINE)
+_LINK = re.compile(r"\S+ is a \w+ in the \w+ (\w+)\.")
 
 
 def _first_link(result: str) -> tuple[str, str] | None:
     """(passage id, place one level up) of the first "X is a city in the country Y." line of a
     rendered search result, or None."""
-    m = _LINK.search(result)
-    return (m.group(1), m.group(2)) if m else None
+    return next(((pid, m.group(1)) for pid, _, text in parse_results(result) if (m := _LINK.fullmatch(text))), None)
 

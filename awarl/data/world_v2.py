@@ -53,7 +53,7 @@ from awarl.data.world_facts import (
     gold_queries,
     record_id,
 )
-from awarl.protocol import ABSTAIN_PHRASE, format_final, tool_call_message, tool_result_message
+from awarl.protocol import ABSTAIN_PHRASE, format_final, parse_results, tool_call_message, tool_result_message
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
@@ -335,7 +335,9 @@ def gold_conversation_v2(world: World, q: Question, search: Callable[[str], str]
     """What the best reader does with the real tool: search the asked relation; follow the question's own
     person when the result shows it, else the first namesake shown (it cannot tell them apart); search
     that city's country, again while no country passage for it came back and the budget
-    (``max_searches``) allows; answer the country that passage states, citing both, else abstain.
+    (``max_searches``) allows; answer the country that passage states, citing both, else abstain. The
+    country passage is cited first: its id follows the answer's word in the result, so a small model
+    learns to copy it right after the answer (docs/benchmarks.md, "Citing what it read").
     ``guess=True`` answers the first country passage of the last result instead of abstaining (about
     another city, or a variant: the hallucination a near-miss invites)."""
     from awarl.protocol import build_messages
@@ -350,7 +352,8 @@ def gold_conversation_v2(world: World, q: Question, search: Callable[[str], str]
 
     result = call(gold_queries(q, first)[0])
     verb = "was born in" if q.relation == "born" else "lives in"
-    shown = re.findall(rf"^\[(\w+)\] [^:\n]+: {re.escape(q.person)} {verb} (\w+)\.$", result, re.MULTILINE)
+    fact = re.compile(rf"{re.escape(q.person)} {verb} (\w+)\.")
+    shown = [(pid, m.group(1)) for pid, _, text in parse_results(result) if (m := fact.fullmatch(text))]
     person_pid = None
     link = None
     if shown:
@@ -360,13 +363,14 @@ def gold_conversation_v2(world: World, q: Question, search: Callable[[str], str]
         while link is None and calls < world.config.max_searches:
             result = call(f"country {city}")
             calls += 1
-            m = re.search(rf"^\[(\w+)\] [^:\n]+: {re.escape(city)} is a city in the country (\w+)\.$", result, re.MULTILINE)
-            link = (m.group(1), m.group(2)) if m else None
+            country = re.compile(rf"{re.escape(city)} is a city in the country (\w+)\.")
+            link = next(((pid, m.group(1)) for pid, _, text in parse_results(result) if (m := country.fullmatch(text))),
+                        None)
     if link is not None:
-        final = format_final(link[1], [person_pid, link[0]])
+        final = format_final(link[1], [link[0], person_pid])
     else:
         wrong = _first_link(result) if guess else None
-        final = (format_final(wrong[1], [p for p in (person_pid, wrong[0]) if p]) if wrong
+        final = (format_final(wrong[1], [p for p in (wrong[0], person_pid) if p]) if wrong
                  else format_final(ABSTAIN_PHRASE))
     messages.append({"role": "assistant", "content": final})
     return messages

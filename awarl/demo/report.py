@@ -253,9 +253,9 @@ def _citation_lines(m: dict[str, Any]) -> list[str]:
         return []
     shares = ", ".join(f"{label.split(' (')[0]} {share:.0%}" for label, share in recalled)
     return ["**Citations are recalled, not read** (cites not retrieved: " + shares + "): the ids the agent cites "
-            "were mostly never returned by its own searches, so cite coverage says nothing about its reading. A tiny "
-            "model copies a one-token city from a result but not an 11-token passage id (docs/benchmarks.md, "
-            "\"Citing what it read\"); the chatbot's checker adds the passages its searches returned but it did not "
+            "were mostly never returned by its own searches, so cite coverage says little about its reading. The tiny "
+            "world model learns to copy the id that follows the answer's country in a result, not yet the person's "
+            "(docs/benchmarks.md, \"Citing what it read\"); the chatbot's checker adds the passages its searches returned but it did not "
             "cite as premises, and says so (docs/chat.md, \"Premises from the agent's search trace\").", ""]
 
 

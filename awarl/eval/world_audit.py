@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from awarl.data.world import World, gold_conversation, gold_queries, record_id, write_world
-from awarl.protocol import ABSTAIN_PHRASE
+from awarl.protocol import ABSTAIN_PHRASE, parse_results
 
-_LINE = re.compile(r"^\[(\w+)\] [^:\n]+: (.*)$", re.MULTILINE)
 _LINK = re.compile(r"^(\w+) is a city in the country (\w+)\.$")
 _PERSON = re.compile(r" (?:was born in|lives in|visited) (\w+)\b")
 
@@ -212,9 +211,13 @@ def _lookup(world: World, held: list[Any]) -> list[Check]:
     return rows
 
 
+def _stated(result: str, fact: str) -> re.Match | None:
+    """The first line of a rendered search result whose text is ``fact`` (a pattern), matched."""
+    return next((m for _, _, text in parse_results(result) if (m := re.fullmatch(fact, text))), None)
+
+
 def _rank1(result: str) -> str:
-    m = _LINE.search(result)
-    return m.group(2) if m else ""
+    return next((text for _, _, text in parse_results(result)), "")
 
 
 def _shape_rule(held: list[Any], make_env: Any, seeds: int, budget: int) -> list[Check]:
@@ -233,11 +236,10 @@ def _shape_rule(held: list[Any], make_env: Any, seeds: int, budget: int) -> list
             right += (link.group(2) if link else ABSTAIN_PHRASE) == _expected(q)
             env.reset(id=record_id(q), question=q.question, passages=[], rollout_seed=seed)
             verb = "was born in" if q.relation == "born" else "lives in"
-            own = re.search(rf": {re.escape(q.person)} {verb} (\w+)\.$", env.search(gold_queries(q)[0]), re.MULTILINE)
+            own = _stated(env.search(gold_queries(q)[0]), rf"{re.escape(q.person)} {verb} (\w+)\.")
             found = False
             for _ in range(budget - 1 if own else 0):
-                found = re.search(rf": {own.group(1)} is a city in the country \w+\.$",
-                                  env.search(f"country {own.group(1)}"), re.MULTILINE) is not None
+                found = _stated(env.search(f"country {own.group(1)}"), rf"{own.group(1)} is a city in the country \w+\.") is not None
                 if found:
                     break
             said["careful"][q.answerable][0] += found

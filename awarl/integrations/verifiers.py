@@ -100,7 +100,7 @@ class SearchToolset(vf.Toolset[SearchToolsetConfig, SearchState]):
     async def search(self, query: str) -> str:
         """Search the passage collection for evidence.
 
-        Returns the best-matching passages, one per line, as "[<passage id>] <title>: <text>".
+        Returns the best-matching passages, one per line, as "<title>: <text> [<passage id>]".
         Cite the passages you use by writing their ids in square brackets after your answer.
         Search for one fact at a time, and search again with other keywords if needed.
 

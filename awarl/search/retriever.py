@@ -87,11 +87,11 @@ def truncate_words(text: str, max_tokens: int | None) -> str:
 
 
 def render(hits: Sequence[Hit], max_tokens: int | None = None) -> str:
-    """One line per hit, ``[<id>] <title>: <text>`` (`awarl.protocol.render_passage`),
+    """One line per hit, ``<title>: <text> [<id>]`` (`awarl.protocol.render_passage`),
     each text cut to ``max_tokens`` words.
 
     >>> render([Hit(Passage("d1", "Paris", "Paris is the capital of France."), 3.2)], max_tokens=3)
-    '[d1] Paris: Paris is the …'
+    'Paris: Paris is the … [d1]'
     """
     lines = []
     for hit in hits:

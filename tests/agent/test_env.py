@@ -10,7 +10,7 @@ import pytest
 from awarl.agent.env import BUDGET_MESSAGE, EMPTY_QUERY_MESSAGE, NO_RESULTS_MESSAGE, SearchEnv, search_env_factory
 from awarl.agent.settings import RolloutSettings
 from awarl.config_fields import ConfigError
-from awarl.protocol import ABSTAIN_PHRASE, build_messages, extract_citations
+from awarl.protocol import ABSTAIN_PHRASE, build_messages, extract_citations, parse_results
 from awarl.search.bm25 import BM25Index
 
 
@@ -40,8 +40,8 @@ def test_scripted_rollout_records_queries_and_ids(index, hotpot_prepared):
     second = env.search("Ridley Scott film director")
     for text in (first, second):
         lines = text.splitlines()
-        assert len(lines) == 2 and all(line.startswith("[d") for line in lines)
-        assert all(len(line.split(": ", 1)[1].split()) <= 16 for line in lines)  # 15 words + "…"
+        assert len(lines) == 2 and len(parse_results(text)) == 2
+        assert all(len(passage.split()) <= 16 for _, _, passage in parse_results(text))  # 15 words + "…"
     assert env.queries == [rec.question, "Ridley Scott film director"]
     assert env.retrieved == [extract_citations(first), extract_citations(second)]
     assert env.retrieved[0] == [h.passage.id for h in index.search([rec.question], 2)[0]]
@@ -113,7 +113,7 @@ def test_tool_schema_is_validated_at_construction(index):
     schema = get_json_schema(SearchEnv.search)["function"]
     assert schema["name"] == "search" and schema["parameters"]["required"] == ["query"]
     assert schema["parameters"]["properties"]["query"]["type"] == "string"
-    assert "[<passage id>] <title>: <text>" in schema["description"]
+    assert "<title>: <text> [<passage id>]" in schema["description"]
 
     class Undocumented(SearchEnv):
         def lookup(self, title: str) -> str:
@@ -132,10 +132,12 @@ def test_only_search_is_a_tool():
 
 
 def _keyword_reward(completions, answers, environments, **kwargs):
-    """1 for a correct answer (the shared scorer), plus 0.1 for each search the rollout made."""
+    """1 for a correct answer (the shared scorer), plus 0.1 for each search the rollout made, plus a
+    thousandth per character written, so that a group whose rollouts all search twice and miss still
+    differs (this test checks that GRPO updates the weights, not what it learns)."""
     from awarl.protocol import score_text
 
-    return [float(score_text(c, golds).outcome == "correct") + 0.1 * len(env.queries)
+    return [float(score_text(c, golds).outcome == "correct") + 0.1 * len(env.queries) + 1e-3 * len(str(c))
             for c, golds, env in zip(completions, answers, environments)]
 
 

@@ -152,7 +152,9 @@ def test_the_default_product_on_the_quick_demo_holds_the_bounds_and_floors(quick
     held-out question through the API. The hard safety bounds hold whatever the agent answers; the floors are
     the default product's (docs/chat.md records the table, with margins below what it measured)."""
     script = load_script("chat_heldout")
-    assert script.main(["--demo", str(quick_demo_dir), "--quiet", "--json", str(tmp_path / "t.json")]) == 0
+    # the threads stay in tmp_path/db, so that a missed bound leaves every iteration of its thread to read
+    assert script.main(["--demo", str(quick_demo_dir), "--quiet", "--json", str(tmp_path / "t.json"),
+                        "--db-dir", str(tmp_path / "db")]) == 0, (tmp_path / "t.json").read_text(encoding="utf-8")[:2000]
     out = capsys.readouterr().out
     assert "search noise: off when serving" in out and "every hard safety bound holds" in out
     table = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))

@@ -10,6 +10,7 @@ from awarl.chat.generate import AgentGenerator, AgentReply, returned_passages
 from awarl.chat.validate import Validator
 from awarl.data.world import policy_yaml
 from awarl.llm.base import Generation
+from awarl.protocol import render_passage
 from awarl.search.bm25 import BM25Index
 from awarl.verify.findings import Result, aggregate
 
@@ -181,11 +182,11 @@ def test_only_tool_results_count_as_returned(world):
     from awarl.agent.runner import ToolCall, Turn
 
     pid = world.passages[0].id
-    line = f"[{pid}] {world.passages[0].title}: {world.passages[0].text}"
+    line = render_passage(pid, world.passages[0].title, world.passages[0].text)
 
     class Traj:
         turns = [Turn(content=line), Turn(content="", tool_calls=[ToolCall("search", {}, line, failed=True)])]
 
     assert returned_passages(Traj(), BM25Index.build(list(world.passages))) == []
-    Traj.turns.append(Turn(content="", tool_calls=[ToolCall("search", {}, line + "\n[dnope] X: y", failed=False)]))
+    Traj.turns.append(Turn(content="", tool_calls=[ToolCall("search", {}, line + "\n" + render_passage("dnope", "X", "y"), failed=False)]))
     assert returned_passages(Traj(), BM25Index.build(list(world.passages))) == [_shown(world, pid)]

@@ -376,8 +376,8 @@ def test_v2_gold_conversations_read_the_tool(world2, written2, index2):
         retried += len(calls) == 3 and final.answer != ABSTAIN_PHRASE
         if not q.answerable:
             assert final.answer == ABSTAIN_PHRASE
-        elif final.answer != ABSTAIN_PHRASE:  # what the country passage it read says, cited
-            link = world2.passage(final.citations[1])
+        elif final.answer != ABSTAIN_PHRASE:  # what the country passage it read says, cited first
+            link = world2.passage(final.citations[0])
             assert link.title in world2.parent and messages[-2]["content"].count(f"[{link.id}]") == 1
     assert retried > 0
 

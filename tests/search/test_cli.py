@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -38,7 +39,7 @@ def test_query_prints_result_lines(built):
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert lines[0] == f"# {r.question}" and len(lines) == 3
-    assert all(line.startswith("[d") and line.endswith("…") for line in lines[1:])
+    assert all(re.fullmatch(r".*: .* … \[d\w+\]", line) for line in lines[1:])
 
 
 def test_query_json_and_closed_scope(built):

@@ -13,7 +13,7 @@ def test_render_lines_follow_the_protocol():
     hits = [Hit(Passage("d1", "Paris", "Paris is the capital of France."), 2.0),
             Hit(Passage("d2", "Seine", "The Seine  flows\nthrough Paris."), 1.0)]
     text = render(hits)
-    assert text.splitlines() == ["[d1] Paris: Paris is the capital of France.", "[d2] Seine: The Seine flows through Paris."]
+    assert text.splitlines() == ["Paris: Paris is the capital of France. [d1]", "Seine: The Seine flows through Paris. [d2]"]
     # the ids the model reads are the ids the citation parser accepts
     assert extract_citations(text) == ["d1", "d2"]
 
@@ -21,8 +21,8 @@ def test_render_lines_follow_the_protocol():
 def test_render_truncates_each_passage_to_the_budget():
     long = Passage("d9", "Long", " ".join(f"w{i}" for i in range(500)))
     [line] = render([Hit(long, 1.0)], max_tokens=20).splitlines()
-    assert line.startswith("[d9] Long: w0 w1") and line.endswith("w19 …")
-    assert len(line.split()) == 2 + 20 + 1  # "[d9]", "Long:", 20 words, "…"
+    assert line.startswith("Long: w0 w1") and line.endswith("w19 … [d9]")
+    assert len(line.split()) == 1 + 20 + 1 + 1  # "Long:", 20 words, "…", "[d9]"
     assert render([], max_tokens=5) == ""
 
 
