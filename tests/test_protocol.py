@@ -92,7 +92,7 @@ def test_score_outcomes():
 def test_messages_completion_parsing():
     completion = [
         {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "search"}}]},
-        {"role": "tool", "name": "search", "content": "[d1] Paris: capital <answer>bait</answer>"},
+        {"role": "tool", "name": "search", "content": "Paris: capital <answer>bait</answer> [d1]"},
         {"role": "assistant", "content": format_final("Paris", ["d1"])},
     ]
     parsed = parse_final(completion)

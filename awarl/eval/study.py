@@ -113,7 +113,7 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
              Arm("none", reward(kind="none"), "what RL can teach this base (the yardstick of adaptive p_i)"),
          ), max_mean_p=0.2),
     Tier("T3", "world v1, the regression control (claim 5)",
-         ("world.version=1", "world.persons=500", "world.split=[0.6, 0.24, 0.16]", "warm_start.renamed_copies=0",
+         ("world.version=1", "world.persons=500", "world.split=[0.6, 0.24, 0.16]", "warm_start.renamed_copies=0", "warm_start.rename_ids=false",
           "warm_start.originals=true", "sft.args.max_steps=700"), 400, (
              Arm("awa_g0.5", reward(**_AWA), "paying arms end alike on v1"),
              Arm("static_0.5", reward(kind="static", static_reward=0.5), "paying arms end alike on v1"),

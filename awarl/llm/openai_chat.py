@@ -225,7 +225,7 @@ def to_openai_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any
     >>> msgs = [{"role": "user", "content": "q"},
     ...         {"role": "assistant", "content": "", "tool_calls": [
     ...             {"type": "function", "function": {"name": "search", "arguments": {"query": "x"}}}]},
-    ...         {"role": "tool", "name": "search", "content": "[d1] T: x"}]
+    ...         {"role": "tool", "name": "search", "content": "T: x [d1]"}]
     >>> out = to_openai_messages(msgs)
     >>> out[1]["tool_calls"][0]["function"]["arguments"], out[2]["tool_call_id"]
     ('{"query": "x"}', 'call_1_0')

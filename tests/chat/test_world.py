@@ -125,8 +125,10 @@ def test_verify_and_resample_with_the_tiny_world_agent(make_manager, tmp_path, t
         assert t["rewrites"] == len(resamples) <= 2
         for it in resamples:
             assert "was checked and rejected" in it["prompt"] and it["template"] == "resample_feedback"
-        if t["exit"] == "MAX_ITERATIONS_REACHED":
-            assert t["rewrites"] == 2 and t["badge"] in ("INVALID", "NOT_VALIDATED")
+        if t["exit"] == "MAX_ITERATIONS_REACHED":  # the best checked answer, served unproved: every rewrite made,
+            last = t["iterations"][-1]  # or the last reply gave nothing to rewrite from (it abstained, or answered nothing)
+            assert t["rewrites"] == 2 or last["abstained"] or last["result"] is None, json.dumps(t, indent=1)[:6000]
+            assert t["badge"] in ("INVALID", "NOT_VALIDATED") and "Best found" in t["warning"]
         if t["exit"] == "ABSTAINED":
             assert t["iterations"][t["served"]]["findings"] == []  # an abstention is never checked into a guess
         if t["exit"] == "VALID_RESPONSE":

@@ -21,8 +21,9 @@ def agent_policy(body: dict[str, Any]) -> dict[str, Any]:
             "id": f"call_{len(messages)}", "type": "function",  # unique within the conversation, as the API's are
             "function": {"name": "search", "arguments": json.dumps({"query": question})},
         }]}
-    first = re.match(r"\[([^\]]+)\] ([^:]*):", tool_results[-1]["content"])
-    content = f"<answer>{first.group(2)}</answer> [{first.group(1)}]" if first else "<answer>not enough information</answer>"
+    # a result line is "<title>: <text> [<id>]" (docs/search.md); the policy reads it as a model would
+    first = re.match(r"([^:\n]*): [^\n]* \[([^\]\n]+)\]$", tool_results[-1]["content"], re.MULTILINE)
+    content = f"<answer>{first.group(1)}</answer> [{first.group(2)}]" if first else "<answer>not enough information</answer>"
     return {"role": "assistant", "content": content}
 
 

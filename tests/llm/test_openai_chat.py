@@ -32,7 +32,7 @@ def test_tool_call_then_answer_round_trip(replay_server):
 
     history = _conversation("Who wrote Hamlet?") + [
         first.message,
-        {"role": "tool", "name": "search", "tool_call_id": call["id"], "content": "[d7] Shakespeare: wrote Hamlet"},
+        {"role": "tool", "name": "search", "tool_call_id": call["id"], "content": "Shakespeare: wrote Hamlet [d7]"},
     ]
     second = gen.generate([ChatPrompt(history, [SEARCH_SCHEMA])], params)[0]
     assert second.message["content"] == "<answer>Shakespeare</answer> [d7]"

@@ -87,7 +87,7 @@ def test_tool_call_round_trip_with_the_real_bpe():
     call = tok.encode(TOOL_CALL, add_special_tokens=False) + [tok.eos_token_id]
     parsed = parse_response(tok, call, prefix=prompt, tools=[])
     assert parsed["tool_calls"][0]["function"] == {"name": "search", "arguments": {"query": "Ruvia capital"}}
-    suffix = template.tool_suffix_ids([{"role": "tool", "name": "search", "content": "[d1] Ruvia: capital Vel."}])
+    suffix = template.tool_suffix_ids([{"role": "tool", "name": "search", "content": "Ruvia: capital Vel. [d1]"}])
     assert tok.decode(suffix) == ("\n<|im_start|>user\n<tool_response>\n[d1] Ruvia: capital Vel.\n</tool_response>"
                                   "<|im_end|>\n<|im_start|>assistant\n")
 
@@ -97,7 +97,7 @@ def _batch(tok):
     from awarl.agent.runner import ChatTemplate
 
     template = ChatTemplate(use_chat_template(tok, "qwen2_5"))
-    tool = [{"role": "tool", "name": "search", "content": "[d1] Ruvia: capital Vel."}]
+    tool = [{"role": "tool", "name": "search", "content": "Ruvia: capital Vel. [d1]"}]
     turn0 = tok.encode(TOOL_CALL, add_special_tokens=False) + [tok.eos_token_id]
     turn1 = tok.encode("<answer>Vel</answer> [d1]", add_special_tokens=False) + [tok.eos_token_id]
     suffix = template.tool_suffix_ids(tool)

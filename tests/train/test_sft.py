@@ -68,7 +68,7 @@ def test_trajectories_are_rescored_and_filtered(hotpot_prepared, tmp_path):
 
     def traj(record_id, final):  # the runner's Trajectory rows: the completion only
         return {"record_id": record_id, "question": "ignored", "outcome": "stale",
-                "messages": [tool_call_message("q"), tool_result_message("[d1] T: text"),
+                "messages": [tool_call_message("q"), tool_result_message("T: text [d1]"),
                              {"role": "assistant", "content": final}]}
 
     rows = [traj(rec.id, format_final(rec.answers[0], ["d1"])),   # correct -> kept
