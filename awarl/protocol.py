@@ -46,6 +46,7 @@ SYSTEM_PROMPT = (
 Outcome = Literal["correct", "wrong", "abstain", "unparsable"]
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_OPEN_TAG_RE = re.compile(r"<answer>", re.I)
 _CITATION_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63})\]")
 
 
@@ -121,15 +122,19 @@ def final_text(completion: str | Sequence[dict]) -> str:
 
 
 def extract_answer(text: str) -> str | None:
-    """The content of the last ``<answer>`` block, stripped; None when there is none.
+    """The content of the last ``<answer>`` block, stripped; None when there is none, or when that block
+    holds another ``<answer>`` tag (``<answer><answer>Paris</answer>``: malformed, so no reader — the
+    reward, the evaluation, the chatbot's checker — has to guess what it says).
 
     >>> extract_answer("think <answer>a</answer> then <answer> Paris </answer>")
     'Paris'
-    >>> extract_answer("Paris") is None
-    True
+    >>> extract_answer("Paris") is None, extract_answer("<answer><answer>Paris</answer> who") is None
+    (True, True)
     """
     found = _ANSWER_RE.findall(text or "")
-    return found[-1].strip() if found else None
+    if not found or _OPEN_TAG_RE.search(found[-1]):
+        return None
+    return found[-1].strip()
 
 
 def extract_citations(text: str) -> list[str]:

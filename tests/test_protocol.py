@@ -48,6 +48,11 @@ def test_extract_answer_and_citations():
     assert extract_citations(text) == ["d3f2a", "d91c0"]
     assert extract_answer("no tags here") is None
     assert extract_citations("[not an id!] [ok_1]") == ["ok_1"]
+    # a block that holds another opening tag is malformed: no answer, so it scores as unparsable, never as
+    # "<answer>Paris" (wrong) in one reader and "Paris" (right) in another
+    assert extract_answer("<answer><answer>Paris</answer> who") is None
+    assert score(parse_final("<answer><answer>Paris</answer>"), ["Paris"]).outcome == "unparsable"
+    assert extract_answer("<answer>Paris</answer></answer>") == "Paris"  # a stray closing tag after it is outside
 
 
 @pytest.mark.parametrize(

@@ -59,8 +59,11 @@ class AgentReply:
 
     @classmethod
     def from_text(cls, text: str, phrases: tuple[str, ...] = DEFAULT_REFUSAL_PHRASES, **kw: Any) -> "AgentReply":
-        """A reply from final text alone; text without ``<answer>`` tags is the answer itself."""
+        """A reply from final text alone; text without ``<answer>`` tags is the answer itself, and text with
+        a malformed block (`extract_answer` reads none) is no answer."""
         answer = extract_answer(text)
+        if answer is None and "<answer>" in text.casefold():
+            return cls(text=text, answer=None, abstained=False, citations=extract_citations(text), stop_reason="no_answer", **kw)
         if answer is None:
             answer = text.strip()
         return cls(text=text, answer=answer, abstained=is_abstention(answer, phrases), citations=extract_citations(text), **kw)

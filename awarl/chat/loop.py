@@ -44,6 +44,7 @@ from awarl.chat.parser import parse_decision
 from awarl.chat.prompts import Prompts, loop_questions
 from awarl.chat.thread import Badge, Clarification, Exit, Iteration, State, Status, Thread
 from awarl.chat.validate import Validator
+from awarl.protocol import extract_answer, format_final
 from awarl.verify.findings import KINDS, Finding, Result, aggregate, kind_of, partly_valid, sort_findings
 
 log = logging.getLogger(__name__)
@@ -265,7 +266,7 @@ class Loop:
                 self._complete(t, Exit.MAX_ITERATIONS_REACHED, Badge.NOT_VALIDATED,
                                f"The agent gave no final answer in {t.rewrites + 1} attempt(s).", final="")
             return
-        self._set_answer(t, reply.text, reply.citations)
+        self._set_answer(t, _served_text(reply), reply.citations)
         if reply.abstained:
             it = t.last
             assert it is not None
@@ -341,6 +342,21 @@ def _restated(t: Thread, c: Clarification) -> Clarification:
         return c
     hits = [s for value, s in options.items() if re.search(rf"(?<!\w){re.escape(value)}(?!\w)", c.answer, re.I)]
     return replace(c, answer=hits[0]) if len(hits) == 1 else c
+
+
+def _served_text(reply: AgentReply) -> str:
+    """The reply as the loop checks and serves it. A reply with an ``<answer>`` block is that block as the
+    protocol reads it (`awarl.protocol.extract_answer`, the reader of rewards and evaluation) and the ids it
+    cites: text outside the block is neither checked nor served, so the answer the checker proves is the one
+    the evaluation scores ("<answer>Morland</answer> who" is served as "Morland"). A reply without tags (a
+    scripted or plain-text agent) is its own answer.
+
+    >>> _served_text(AgentReply.from_text("<answer>Morland</answer> who [d1]"))
+    '<answer>Morland</answer> [d1]'
+    """
+    if reply.answer is None or extract_answer(reply.text) is None:
+        return reply.text
+    return format_final(reply.answer, reply.citations)
 
 
 def _kind(it: Iteration) -> str | None:

@@ -8,7 +8,9 @@
   entity ("Ulla Dusk lives in Dorin." for a question about Talo Nast) is not a premise: it is
   reported among the untranslated premises, so it can never make a claim VALID. A conditional
   answer sentence ("If your items are regular-priced, you get 15% off.") is the claim
-  ``(=> assumption claim)``: its assumption is never taken as a premise.
+  ``(=> assumption claim)``: its assumption is never taken as a premise. Every value a sentence's
+  patterns give a variable is read ("Ruvia or Suldor" claims both: a hedge is never proved), and a
+  match the words around it negate ("It is not Ruvia.", "Ruvia is wrong") is not read.
 - `LLMTranslator` asks any generation backend (through `awarl.llm.text.TextModel`, or any object
   with its ``generate(prompts, n, temperature)``) for structured JSON, N samples; the confidence is
   the share of samples SMT-equivalent to the leading one; below the threshold the result is an
@@ -149,9 +151,14 @@ class PatternTranslator:
                 for m in self._read(sentence, policy, deadline) if m.subject is not None and m.role != "claim"]
 
     def _read(self, sentence: str, policy: Policy, deadline: float) -> list[_Match]:
+        """Every value the sentence's patterns give each variable. Two values of one variable are both
+        read ("Ruvia or Suldor" claims both, so a hedge is never proved), and a match the words around
+        it negate (`_negated`: "It is not Ruvia.") is not read at all: a pattern states what it
+        matches, and only a pattern that holds the negation itself ("not a member") reads one."""
         found: list[_Match] = []
         folded = sentence.casefold()
         for var, table in self._table(policy):
+            values: list[Any] = []
             for j, pattern, literal in table:
                 if literal not in folded:
                     continue
@@ -165,9 +172,11 @@ class PatternTranslator:
                     value: Any = int(round(number)) if policy.kind(var.name) == "int" else number
                 else:
                     value = pattern.value
+                if value in values or _negated(sentence, m.start(), m.end()):
+                    continue
+                values.append(value)
                 subject = m.groupdict().get("subject")
                 found.append(_Match(var.name, value, var.role, m.group(0), subject_key(subject) if subject else None))
-                break
         return found
 
     def _table(self, policy: Policy) -> list[tuple[Any, list[tuple[int, Any, str]]]]:
@@ -195,6 +204,25 @@ class PatternTranslator:
     @staticmethod
     def _statement(policy: Policy, m: _Match) -> Statement:
         return Statement(logic=policy.assignment(m.name, m.value), natural_language=m.text)
+
+
+_NEGATION_RE = re.compile(r"\b(?:not|no|never|neither|nor|cannot|none)\b|n't\b", re.I)
+_DENIAL_RE = re.compile(r"\b(?:not|no|never|cannot|wrong|incorrect|false|untrue)\b|n't\b", re.I)
+_CLAUSE_RE = re.compile(r"[,;:!?()]|\b(?:but|and|or|while|whereas|although|though|because)\b", re.I)
+
+
+def _negated(sentence: str, start: int, end: int) -> bool:
+    """Whether the words just around a match, in its own clause, turn it around: a negation among the
+    three words before it ("It is not Ruvia", "has no coupon") or a denial among the three after it
+    ("Ruvia is wrong", "Ruvia isn't right"). A clause boundary ends the reach ("Dorin, not Elbo":
+    Dorin stands; "not a member but I have a coupon": the coupon stands).
+
+    >>> _negated("It is not Ruvia.", 10, 15), _negated("Morland, not Ruvia", 0, 7), _negated("Ruvia is wrong", 0, 5)
+    (True, False, True)
+    """
+    before = " ".join(_CLAUSE_RE.split(sentence[:start])[-1].split()[-3:])
+    after = " ".join(_CLAUSE_RE.split(sentence[end:])[0].split()[:3])
+    return bool(_NEGATION_RE.search(before) or _DENIAL_RE.search(after))
 
 
 class _SubjectBinding:

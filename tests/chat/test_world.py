@@ -146,3 +146,37 @@ def test_validate_only_checks_a_given_answer_with_its_cited_evidence(make_manage
     assert bad["badge"] == "INVALID" and "no agent to rewrite" in bad["warning"]
     bare = m.wait(m.submit(q.question, q.answer).id)  # no citations: no evidence, so the right country is not proved
     assert bare["badge"] == "CHECKED_ONLY" and "SATISFIABLE" in bare["warning"]
+
+
+def test_a_malformed_answer_is_never_checked_and_text_outside_the_answer_is_not_served(make_manager, world_dir, world_q):
+    """The loop checks and serves the answer as the protocol reads it (the reader of rewards and evaluation):
+    a reply whose block holds another <answer> tag reads as no answer, so it is asked again; the words after
+    a well-formed block are neither checked nor served."""
+    from awarl.protocol import extract_answer
+
+    q, _, ids = world_q
+    cites = " ".join(f"[{i}]" for i in ids)
+    replies = [f"<answer><answer>{q.answer}</answer> who {cites}", f"<answer>{q.answer}</answer> who {cites}"]
+    gen = ScriptedGenerator(lambda text, n: replies[min(n, 1)], None)
+    m = world_manager(make_manager, world_dir, gen, max_question_rounds=0)
+    t = m.wait(m.submit(q.question).id)
+    first, second = t["iterations"]
+    assert first["result"] is None and not first["findings"] and first["answer"] == replies[0]  # kept, not checked
+    assert second["answer"] == f"<answer>{q.answer}</answer> {cites}" and second["result"] == "VALID"
+    assert (t["badge"], t["served"], t["final_response"]) == ("VALID", 1, f"{q.answer} {cites}")
+    assert extract_answer(t["iterations"][t["served"]]["answer"]) == q.answer  # what the held-out table scores
+
+
+@pytest.mark.parametrize("template", ["{right} or {wrong}", "{wrong} or {right}", "either {right} or {wrong}", "{right}, {wrong}",
+                                      "It is not {right}.", "{right} is wrong; it is {wrong}", "{right} is not right.",
+                                      "{right}? No, {wrong}"])
+def test_a_hedged_or_negated_answer_is_never_valid(make_manager, world_dir, world_q, template):
+    """With the right evidence cited, an answer that names the right country beside a wrong one, or that
+    denies it, is not proved: every country a sentence names is a claim, and a negated one is not read."""
+    q, wrong, ids = world_q
+    cites = " ".join(f"[{i}]" for i in ids)
+    m = world_manager(make_manager, world_dir, None)
+    t = m.wait(m.submit(q.question, f"<answer>{template.format(right=q.answer, wrong=wrong)}</answer> {cites}").id)
+    assert t["badge"] not in ("VALID", "VALID_GIVEN_YOUR_STATEMENT"), t["iterations"][-1]["findings"]
+    right = m.wait(m.submit(q.question, f"<answer>It is {q.answer}, not {wrong}.</answer> {cites}").id)
+    assert right["badge"] == "VALID"  # the denied country is not read, the other one is proved
