@@ -19,7 +19,7 @@ generations one at a time (batch_size 1), then batched (batch_size 32); a thread
 its submission until it leaves PROCESSING (served, or a clarifying question shown), polled every
 ``--poll`` seconds as the web UI does.
 
-    python scripts/bench_chat.py --agent [--agent-threads 50] [--agent-dir CHECKPOINT] [--demo DEMO_FOLDER]
+    python scripts/bench_chat.py --agent [--agent-threads 50] [--agent-dir CHECKPOINT] [--demo DEMO_FOLDER] [--device cuda]
 
 ``--demo``: the agent, world, corpus and policy of an ``awarl demo`` folder, as ``awarl chat serve``
 serves them after the demo (its search noise off); ``--agent-dir`` then serves another checkpoint
@@ -264,7 +264,7 @@ def agent_main(args) -> None:
         folder = Path(args.agent_dir) if args.agent_dir else ROOT / ".cache" / "awarl-bench" / "world-agent-p120-s0"
         agent, how = (folder, "the checkpoint given") if args.agent_dir else world_agent(world, folder)
     load = os.getloadavg()[0]
-    backend = load_backend(f"hf:{agent}", device="cpu")  # as the server loads it (micro-batches of 32)
+    backend = load_backend(f"hf:{agent}", device=args.device)  # as the server loads it (micro-batches of 32)
     retriever = BM25Index.build(list(world.passages))
     rollout = rollout_of(agent)
     qs = [q.question for q in world.split("eval")] + [q.question for q in world.questions]
@@ -277,7 +277,8 @@ def agent_main(args) -> None:
                                        rollout, questions, args.agent_workers, args.poll))
     params = sum(p.numel() for p in backend.model.parameters())
     print(f"agent: {how}, {params / 1e6:.2f} M parameters ({agent}); world v{world.config.version}, {len(world.persons)} persons, "
-          f"{len(world.passages)} passages; {len(questions)} threads submitted at once; {args.agent_workers} workers; "
+          f"{len(world.passages)} passages; generation on {args.device} ({next(backend.model.parameters()).dtype}); "
+          f"{len(questions)} threads submitted at once; {args.agent_workers} workers; "
           f"torch threads {torch_threads()}; clients poll every {args.poll}s; load average before: {load:.1f}")
     header = ("generation", "batch size", "mean batch", "largest batch", "served", "asked", "errors", "VALID",
               "VALID from citations alone", "generations/thread", "validate s/thread", "thread p50 s", "thread p95 s", "wall s", "CPU s")
@@ -317,6 +318,7 @@ def main() -> None:
     ap.add_argument("--agent-threads", type=int, default=50, help="Threads submitted at once (--agent).")
     ap.add_argument("--agent-workers", type=int, default=32, help="Chat workers (--agent; the default product's 32).")
     ap.add_argument("--agent-batch", type=int, default=32, help="batch_size of the batched path (--agent).")
+    ap.add_argument("--device", default="cpu", help="Where the agent generates (--agent): cpu, cuda (bf16), cuda:N.")
     ap.add_argument("--demo", default=None, help="An `awarl demo` folder: its agent, world, corpus and policy (--agent).")
     ap.add_argument("--agent-dir", default=None, help="A warm-started world-agent checkpoint for the 120-person "
                     "seed-0 world (--agent; default: build one into .cache/awarl-bench/).")

@@ -240,6 +240,16 @@ def test_bad_warm_start_names_the_key(tmp_path, warm_start, message):
     assert DemoRecipe.load(DEFAULT_RECIPE).abstain_share == 0.3
 
 
+def test_the_rollout_device_is_read_and_checked(tmp_path):
+    """capability.device: where p_i and the evaluation roll out (cpu unless set; a GPU run sets cuda)."""
+    from awarl.demo import DemoError
+
+    assert DemoRecipe.load(DEFAULT_RECIPE).device == "cpu"
+    assert DemoRecipe.load(DEFAULT_RECIPE, overrides=["capability.device=cuda:1"]).device == "cuda:1"
+    with pytest.raises(DemoError, match="capability.device must be cpu, auto, cuda or cuda:N, got 'gpu'"):
+        DemoRecipe.load(DEFAULT_RECIPE, overrides=["capability.device=gpu"])
+
+
 def test_arms_name_their_reward_and_change_only_reward_and_grpo(tmp_path):
     from awarl.demo import DemoError
 

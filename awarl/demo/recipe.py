@@ -43,6 +43,9 @@ class DemoRecipe:
     """warm_start.originals: whether the real SFT conversations are trained on beside their renamed copies."""
     rename_ids: bool = False
     """warm_start.rename_ids: whether the renamed copies rename the passage ids too."""
+    device: str = "cpu"
+    """capability.device: where p_i and the evaluation roll out (``cpu``, ``cuda``, ``cuda:N``, ``auto``);
+    SFT and GRPO follow their own ``use_cpu`` / ``bf16`` arguments."""
 
     @classmethod
     def load(cls, path: str | Path, *, quick: bool = False, seed: int = 0,
@@ -74,7 +77,8 @@ class DemoRecipe:
         floors = dict(floors.get("quick" if quick else "full") or {})
         return cls(world, _abstain_share(raw.get("warm_start") or {}, path), dict(raw.get("shape") or {}),
                    int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path),
-                   *_warm_copies(raw.get("warm_start") or {}, path), _rename_ids(raw.get("warm_start") or {}, path))
+                   *_warm_copies(raw.get("warm_start") or {}, path), _rename_ids(raw.get("warm_start") or {}, path),
+                   _device(capability, path))
 
     @property
     def temperature(self) -> float:
@@ -145,6 +149,13 @@ def _renamed_copies(warm: Any, path: Path) -> int:
 def _warm_copies(warm: Any, path: Path) -> tuple[int, bool]:
     copies = _renamed_copies(warm, path)
     return copies, _originals(warm, copies, path)
+
+
+def _device(capability: Any, path: Path) -> str:
+    device = capability.get("device", "cpu") if isinstance(capability, dict) else "cpu"
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|auto|cuda(:\d+)?", device):
+        raise DemoError(f"{path}: capability.device must be cpu, auto, cuda or cuda:N, got {device!r}")
+    return device
 
 
 def _rename_ids(warm: Any, path: Path) -> bool:

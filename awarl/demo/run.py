@@ -282,7 +282,7 @@ class Demo:
             self.display.start(f"p_i ({split})", n, f"K={self.recipe.k} at T={self.recipe.temperature:g}")
             config = CapabilityConfig(model=str(self.paths.sft / "final"), data=self.paths.records(split), out=out,
                                       rollout=self.rollout, k=self.recipe.k, temperature=self.recipe.temperature, corpus=self.paths.corpus,
-                                      seed=self.seed, backend_options={"device": "cpu"})
+                                      seed=self.seed, backend_options={"device": self.recipe.device})
             with self.timed("p_i"):
                 self.estimate_split(config, n)
             summary = summarize(out)
@@ -399,7 +399,7 @@ class Demo:
 
         return EvalConfig(model=str(model), data=self.eval_records_with_p(), out=out, name=label,
                           rollout=self.rollout, corpus=self.paths.corpus, temperature=0.0, seed=self.seed,
-                          backend_options={"device": "cpu"})
+                          backend_options={"device": self.recipe.device})
 
     def eval_count(self) -> int:
         with self.eval_records_with_p().open(encoding="utf-8") as f:
