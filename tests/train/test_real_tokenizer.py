@@ -88,7 +88,7 @@ def test_tool_call_round_trip_with_the_real_bpe():
     parsed = parse_response(tok, call, prefix=prompt, tools=[])
     assert parsed["tool_calls"][0]["function"] == {"name": "search", "arguments": {"query": "Ruvia capital"}}
     suffix = template.tool_suffix_ids([{"role": "tool", "name": "search", "content": "Ruvia: capital Vel. [d1]"}])
-    assert tok.decode(suffix) == ("\n<|im_start|>user\n<tool_response>\n[d1] Ruvia: capital Vel.\n</tool_response>"
+    assert tok.decode(suffix) == ("\n<|im_start|>user\n<tool_response>\nRuvia: capital Vel. [d1]\n</tool_response>"
                                   "<|im_end|>\n<|im_start|>assistant\n")
 
 
