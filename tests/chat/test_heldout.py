@@ -201,3 +201,14 @@ def test_a_demo_without_an_agent_needs_one_and_agent_serves_another(world_v2, tm
     (demo / "demo.json").write_text("{not json")
     with pytest.raises(DataError, match="demo.json: not valid JSON"):
         load_demo(demo, db_dir=tmp_path)
+
+
+@pytest.mark.slow
+def test_the_checker_audit_finds_no_wrong_answer_it_proves_on_the_quick_demo(quick_demo_dir, capsys, load_script):
+    """scripts/audit_checker.py on the quick demo's world: every wrong country, hedge and denial against the
+    first namesake and single-person questions, none proved VALID (it found the hedges and denials the
+    pattern translator proved before it read every value and skipped negated matches)."""
+    script = load_script("audit_checker")
+    for group in ("namesakes", "single"):
+        assert script.main(["--demo", str(quick_demo_dir), "--group", group, "--limit", "2"]) == 0
+        assert f"2 questions ({group})" in capsys.readouterr().out
