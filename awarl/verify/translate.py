@@ -9,8 +9,10 @@
   reported among the untranslated premises, so it can never make a claim VALID. A conditional
   answer sentence ("If your items are regular-priced, you get 15% off.") is the claim
   ``(=> assumption claim)``: its assumption is never taken as a premise. Every value a sentence's
-  patterns give a variable is read ("Ruvia or Suldor" claims both: a hedge is never proved), and a
-  match the words around it negate ("It is not Ruvia.", "Ruvia is wrong") is not read.
+  patterns give a variable is read ("Ruvia or Suldor" claims both: a hedge is never proved), a
+  match the words around it negate ("It is not Ruvia.", "Ruvia is wrong") is not read, and an answer
+  sentence that qualifies its claim in words no match accounts for ("I doubt it is Ruvia", "probably
+  Ruvia") is not read at all.
 - `LLMTranslator` asks any generation backend (through `awarl.llm.text.TextModel`, or any object
   with its ``generate(prompts, n, temperature)``) for structured JSON, N samples; the confidence is
   the share of samples SMT-equivalent to the leading one; below the threshold the result is an
@@ -121,7 +123,7 @@ class PatternTranslator:
         for sentence in split_sentences(answer):
             cond = _CONDITIONAL_RE.match(sentence)
             assumed = [self._statement(policy, m) for m in self._read(cond.group(1), policy, deadline)] if cond else []
-            matches = self._read(cond.group(2) if cond and assumed else sentence, policy, deadline)
+            matches = self._read(cond.group(2) if cond and assumed else sentence, policy, deadline, answer=True)
             _add(premises, [self._statement(policy, m) for m in matches
                             if m.role == "premise" and bind.keeps(m, untranslated_premises)])
             claims = [self._statement(policy, m) for m in matches if m.role != "premise"]
@@ -150,33 +152,42 @@ class PatternTranslator:
         return [(m.name, m.value, m.subject) for sentence in split_sentences(text)
                 for m in self._read(sentence, policy, deadline) if m.subject is not None and m.role != "claim"]
 
-    def _read(self, sentence: str, policy: Policy, deadline: float) -> list[_Match]:
-        """Every value the sentence's patterns give each variable. Two values of one variable are both
-        read ("Ruvia or Suldor" claims both, so a hedge is never proved), and a match the words around
-        it negate (`_negated`: "It is not Ruvia.") is not read at all: a pattern states what it
-        matches, and only a pattern that holds the negation itself ("not a member") reads one."""
+    def _read(self, sentence: str, policy: Policy, deadline: float, *, answer: bool = False) -> list[_Match]:
+        """Every value the sentence's patterns give each variable, at every place a pattern matches.
+        Two values of one variable are both read ("Ruvia or Suldor" claims both, so a hedge is never
+        proved), and a match the words around it negate (`_negation`: "It is not Ruvia.") is not read
+        at all: a pattern states what it matches, and only a pattern that holds the negation itself
+        ("not a member") reads one. An ``answer`` sentence that qualifies what it says in words no
+        match accounts for (`_qualified`: "I do not think it is Ruvia", "probably Ruvia") reads
+        nothing: it is left untranslated, so it can never be proved."""
         found: list[_Match] = []
+        accounted: list[tuple[int, int]] = []  # the text of every match, and each negation that turned one around
         folded = sentence.casefold()
         for var, table in self._table(policy):
             values: list[Any] = []
             for j, pattern, literal in table:
                 if literal not in folded:
                     continue
-                m = self._search(pattern, sentence, deadline, f"variable '{var.name}', patterns[{j}]")
-                if not m:
-                    continue
-                if pattern.extract is not None:
-                    number = _number(m.group(1), pattern.scale)
-                    if number is None:  # the group caught no number: this pattern does not apply
+                for m in self._search(pattern, sentence, deadline, f"variable '{var.name}', patterns[{j}]"):
+                    if pattern.extract is not None:
+                        number = _number(m.group(1), pattern.scale)
+                        if number is None:  # the group caught no number: this pattern does not apply here
+                            continue
+                        value: Any = int(round(number)) if policy.kind(var.name) == "int" else number
+                    else:
+                        value = pattern.value
+                    accounted.append(m.span())
+                    negation = _negation(sentence, m.start(), m.end())
+                    if negation is not None:
+                        accounted.append(negation)
                         continue
-                    value: Any = int(round(number)) if policy.kind(var.name) == "int" else number
-                else:
-                    value = pattern.value
-                if value in values or _negated(sentence, m.start(), m.end()):
-                    continue
-                values.append(value)
-                subject = m.groupdict().get("subject")
-                found.append(_Match(var.name, value, var.role, m.group(0), subject_key(subject) if subject else None))
+                    if value in values:
+                        continue
+                    values.append(value)
+                    subject = m.groupdict().get("subject")
+                    found.append(_Match(var.name, value, var.role, m.group(0), subject_key(subject) if subject else None))
+        if answer and found and _qualified(sentence, accounted):
+            return []
         return found
 
     def _table(self, policy: Policy) -> list[tuple[Any, list[tuple[int, Any, str]]]]:
@@ -189,12 +200,13 @@ class PatternTranslator:
             entry = self._tables[id(policy)] = (policy, table)
         return entry[1]
 
-    def _search(self, pattern: Any, sentence: str, deadline: float, where: str) -> Any:
+    def _search(self, pattern: Any, sentence: str, deadline: float, where: str) -> list[Any]:
+        """Every match of one pattern in the sentence, within what is left of the time budget."""
         left = deadline - time.monotonic()
         try:
             if left <= 0:
                 raise TimeoutError
-            return pattern.compiled().search(sentence, timeout=left)
+            return list(pattern.compiled().finditer(sentence, timeout=left))
         except TimeoutError:
             raise TranslationTimeout(
                 f"pattern translation ran past its {self.timeout_ms} ms budget at {where} ({pattern.source()!r}) "
@@ -208,21 +220,54 @@ class PatternTranslator:
 
 _NEGATION_RE = re.compile(r"\b(?:not|no|never|neither|nor|cannot|none)\b|n't\b", re.I)
 _DENIAL_RE = re.compile(r"\b(?:not|no|never|cannot|wrong|incorrect|false|untrue)\b|n't\b", re.I)
-_CLAUSE_RE = re.compile(r"[,;:!?()]|\b(?:but|and|or|while|whereas|although|though|because)\b", re.I)
+_CLAUSE_RE = re.compile(r"[,;:!?()\u2013\u2014]|\s-\s|\b(?:but|and|or|while|whereas|although|though|because)\b", re.I)
+_WORD_RE = re.compile(r"\S+")
+_QUALIFIER_RE = re.compile(
+    r"\b(?:not|no|never|neither|nor|none|nobody|nothing|nowhere|cannot|hardly|barely|scarcely|except|excluding|"
+    r"besides|instead|rather|unlike|other than|anything but|all but|doubt\w*|unlikely|unsure|uncertain|maybe|perhaps|"
+    r"possibl[ey]|probabl[ey]|likely|might|may|could|guess\w*|think|believe|suppose\w*|seems?|apparently|"
+    r"allegedly|supposedly|wrong|incorrect|false|untrue|mistaken|impossible|ruled out|nope|or|either|whether|"
+    r"unless)\b|n't\b|[?/]", re.I)
+"""Words that qualify what an answer sentence says: negation, exception, doubt, hedging, alternatives."""
+_ANSWER_PARTICLE_RE = re.compile(r"^\W*(?:yes|no)\b\W", re.I)
+"""A leading "Yes," or "No," answers a yes/no question; it does not qualify the rest."""
 
 
-def _negated(sentence: str, start: int, end: int) -> bool:
-    """Whether the words just around a match, in its own clause, turn it around: a negation among the
-    three words before it ("It is not Ruvia", "has no coupon") or a denial among the three after it
-    ("Ruvia is wrong", "Ruvia isn't right"). A clause boundary ends the reach ("Dorin, not Elbo":
-    Dorin stands; "not a member but I have a coupon": the coupon stands).
+def _negation(sentence: str, start: int, end: int) -> tuple[int, int] | None:
+    """Where the words just around a match, in its own clause, turn it around (None: nowhere): a
+    negation among the three words before it ("It is not Ruvia", "has no coupon") or a denial among
+    the three after it ("Ruvia is wrong", "Ruvia isn't right"). A clause boundary ends the reach
+    ("Dorin, not Elbo": Dorin stands; "not a member but I have a coupon": the coupon stands).
 
-    >>> _negated("It is not Ruvia.", 10, 15), _negated("Morland, not Ruvia", 0, 7), _negated("Ruvia is wrong", 0, 5)
-    (True, False, True)
+    >>> _negation("It is not Ruvia.", 10, 15), _negation("Morland, not Ruvia", 0, 7), _negation("Ruvia is wrong", 0, 5)
+    ((6, 9), None, (9, 14))
     """
-    before = " ".join(_CLAUSE_RE.split(sentence[:start])[-1].split()[-3:])
-    after = " ".join(_CLAUSE_RE.split(sentence[end:])[0].split()[:3])
-    return bool(_NEGATION_RE.search(before) or _DENIAL_RE.search(after))
+    clause_start = max((c.end() for c in _CLAUSE_RE.finditer(sentence, 0, start)), default=0)
+    before = list(_WORD_RE.finditer(sentence, clause_start, start))[-3:]
+    if before and (m := _NEGATION_RE.search(sentence, before[0].start(), start)):
+        return m.span()
+    clause = _CLAUSE_RE.search(sentence, end)
+    after = list(_WORD_RE.finditer(sentence, end, clause.start() if clause else len(sentence)))[:3]
+    if after and (m := _DENIAL_RE.search(sentence, end, after[-1].end())):
+        return m.span()
+    return None
+
+
+def _qualified(sentence: str, accounted: Sequence[tuple[int, int]]) -> bool:
+    """Whether an answer sentence qualifies what it says in words that no match, and no negation of
+    a match, accounts for. The pattern translator cannot tell the scope of "I do not think that it is
+    Ruvia", "probably Ruvia", "anything but Ruvia" or "It isn't Suldor, it's Ruvia or Suldor", so such
+    a sentence is not read at all; "Ruvia, not Suldor" (the "not" negates Suldor's match) and a leading
+    "No, …" are read.
+
+    >>> _qualified("I do not think that it is Ruvia.", [(26, 31)]), _qualified("Ruvia, not Suldor", [(0, 5), (11, 17), (7, 10)])
+    (True, False)
+    """
+    skip = _ANSWER_PARTICLE_RE.match(sentence)
+    for cue in _QUALIFIER_RE.finditer(sentence, skip.end() - 1 if skip else 0):
+        if not any(a <= cue.start() and cue.end() <= b for a, b in accounted):
+            return True
+    return False
 
 
 class _SubjectBinding:

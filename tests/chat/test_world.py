@@ -169,10 +169,12 @@ def test_a_malformed_answer_is_never_checked_and_text_outside_the_answer_is_not_
 
 @pytest.mark.parametrize("template", ["{right} or {wrong}", "{wrong} or {right}", "either {right} or {wrong}", "{right}, {wrong}",
                                       "It is not {right}.", "{right} is wrong; it is {wrong}", "{right} is not right.",
-                                      "{right}? No, {wrong}"])
+                                      "{right}? No, {wrong}", "It isn't {wrong}, it's {right} or {wrong}.",
+                                      "I do not think that it is {right}."])
 def test_a_hedged_or_negated_answer_is_never_valid(make_manager, world_dir, world_q, template):
     """With the right evidence cited, an answer that names the right country beside a wrong one, or that
-    denies it, is not proved: every country a sentence names is a claim, and a negated one is not read."""
+    denies it, is not proved: every country a sentence names is a claim, a negated one is not read, and a
+    sentence whose negation or hedge no match accounts for is not read at all."""
     q, wrong, ids = world_q
     cites = " ".join(f"[{i}]" for i in ids)
     m = world_manager(make_manager, world_dir, None)

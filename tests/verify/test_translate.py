@@ -277,3 +277,34 @@ def test_required_literal_reads_only_what_every_match_holds():
     assert required_literal(r"\p{Lu}abc\.") == "abc."
     assert required_literal("(?x) a b c") == ""  # verbose mode: spaces are not text
     assert required_literal("[abc]") == ""
+
+
+def test_an_answer_that_qualifies_its_claim_is_never_read_as_the_claim(tmp_path):
+    """The pattern translator reads a country only from a sentence that says it plainly: a list claims
+    every country it names (INVALID on the wrong one), and a negation, exception, doubt or alternative
+    that no match accounts for ("or", "probably", "not … that it is") leaves the sentence unread, so it
+    is never proved; a negation of another match ("R, not W") does not."""
+    from awarl.data.world import WorldConfig, generate_world, policy_yaml
+
+    world = generate_world(WorldConfig(persons=30, cities=8, countries=4, seed=0))
+    (tmp_path / "world.yaml").write_text(policy_yaml(world), encoding="utf-8")
+    policy = load_policy(tmp_path / "world.yaml")
+    q = next(q for q in world.questions if q.answerable)
+    right, wrong = q.answer, next(c for c in sorted({x.answer for x in world.questions if x.answerable}) if c != q.answer)
+
+    def claims(template):
+        answer = template.format(R=right, W=wrong)
+        return sorted({c.logic.split()[-1].rstrip(")") for t in PatternTranslator().translate(q.question, answer, policy)
+                       for c in getattr(t, "claims", [])})
+
+    for plain in ("{R}", "It is {R}.", "{R}, not {W}", "It is {R}; it's not {W}", "not {W} but {R}",
+                  "{R} is the answer — not {W}.", "{R} — not {W}", "No, it is {R}."):
+        assert claims(plain) == [right], plain
+    for hedge in ("{R}, {W}", "{R} and {W}"):
+        assert claims(hedge) == sorted([right, wrong]), hedge
+    for unread in ("It is not {R}.", "I do not think that it is {R}.", "It is not, in fact, {R}.", "probably {R}",
+                   "maybe {R}", "Anything but {R}.", "Anywhere except {R}.", "Other than {R}, I have no idea.",
+                   "I doubt it is {R}.", "{R} is ruled out.", "{R}: no.", "It isn't {W}, it's {R} or {W}.",
+                   "{R} rather than {W}", "{R}, unless it is {W}", "{R}?", "I am not sure it is {R}.", "{R} or {W}",
+                   "either {R} or {W}", "{R}/{W}"):
+        assert claims(unread) == [], unread
