@@ -353,10 +353,12 @@ def _served_text(reply: AgentReply) -> str:
 
     >>> _served_text(AgentReply.from_text("<answer>Morland</answer> who [d1]"))
     '<answer>Morland</answer> [d1]'
+    >>> _served_text(AgentReply.from_text("<answer>Morland [d1]</answer> [d2]"))  # an id inside is not repeated
+    '<answer>Morland [d1]</answer> [d2]'
     """
     if reply.answer is None or extract_answer(reply.text) is None:
         return reply.text
-    return format_final(reply.answer, reply.citations)
+    return format_final(reply.answer, [c for c in reply.citations if f"[{c}]" not in reply.answer])
 
 
 def _kind(it: Iteration) -> str | None:
