@@ -263,6 +263,7 @@ class Row:
     right_to_wrong: int = 0
     valid_citations: int = 0
     valid_trace: int = 0
+    valid_statement: int = 0
     errors: int = 0
 
     def add(self, o: Outcome) -> None:
@@ -279,6 +280,7 @@ class Row:
         self.right_to_wrong += o.first_right and o.served_wrong
         self.valid_citations += o.valid_from == "citations"
         self.valid_trace += o.valid_from == "search trace"
+        self.valid_statement += o.valid_from == "your statement"
         self.errors += o.status in ("ERROR", "TIMEOUT")
 
     @property
@@ -346,6 +348,7 @@ _LINES: list[tuple[str, Callable[[Row], str]]] = [
     ("**unanswerable served abstained or non-VALID** (bound: all)",
      lambda r: _share(r.safe_unanswerable, r.questions) if not r.answerable else "—"),
     ("**right first answer replaced by a wrong one** (bound 0)", lambda r: str(r.right_to_wrong)),
-    ("VALID from citations alone / with the search trace", lambda r: f"{r.valid_citations} / {r.valid_trace}"),
+    ("VALID from citations alone / with the search trace / from your statement, uncited",
+     lambda r: f"{r.valid_citations} / {r.valid_trace} / {r.valid_statement}"),
     ("threads that ended in ERROR or did not finish", lambda r: str(r.errors)),
 ]

@@ -306,8 +306,10 @@ class Loop:
             if checked_only and kind == "INVALID":
                 warning += " Validate-only mode has no agent to rewrite it."
         if kind in ("VALID", "VALID_GIVEN_YOUR_STATEMENT") and it.recited:
-            warning = ((warning + " ") if warning else "") + ("The agent's own citations did not support it; it is cited "
-                                                             "with passages its search returned.")
+            warning = ((warning + " ") if warning else "") + (
+                "The agent's own citations did not support it; it is cited with passages its search returned."
+                if it.cited else "The agent's own citations did not support it and were removed; it follows from what "
+                "you said and the policy's rules.")
         if exit is Exit.MAX_ITERATIONS_REACHED:
             warning = f"{warning} Best found: {kind}, after {t.rewrites} rewrite(s)."
         checked = [i for i in t.iterations if i.result is not None or i.findings or i.abstained]

@@ -165,11 +165,14 @@ class Thread:
     @property
     def valid_from(self) -> str | None:
         """What a VALID served answer was proved from: ``citations`` (its cited passages and the user's
-        statements alone) or ``search trace`` (it also needed a passage it was shown but did not cite, or
-        its own citations were replaced by such passages)."""
+        statements alone), ``search trace`` (it also needed a passage it was shown but did not cite, or
+        its own citations were replaced by such passages) or ``your statement`` (its citations did not
+        support it and were removed: the user's statements and the policy's rules prove it)."""
         if self.badge not in (Badge.VALID, Badge.VALID_GIVEN_YOUR_STATEMENT) or self.served is None:
             return None
         served = self.iterations[self.served]
+        if served.recited and not served.cited:
+            return "your statement"
         return "search trace" if served.trace_premises or served.recited else "citations"
 
     @classmethod

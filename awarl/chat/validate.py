@@ -184,7 +184,8 @@ class Validation:
     extras: dict[str, Any] = field(default_factory=dict)
     recited: str | None = None
     """The answer cited anew with passages its search returned (`Validator._recite`), when its own
-    citations did not support it and those do; the findings are the new citations'."""
+    citations did not support it and those do, or without citations when the user's statements and the
+    policy's rules prove it alone (`Validator._uncite`); the findings are the new citations'."""
 
 
 class Validator:
@@ -231,10 +232,16 @@ class Validator:
             cites = gate.check(question, answer)
             if aggregate(findings) is Result.VALID and any(f.result is Result.INVALID for f in cites):
                 recited = self._recite(question, clarifications, answer, trace, returned, gate)
+                if recited is None and (uncited := self._uncite(question, clarifications, answer, gate)) is not None:
+                    recited, findings, trace = uncited[:2], uncited[2], []
+                    premises, given = premise_text(question, clarifications, []), self._given(question, clarifications, findings)
             if recited is not None:
                 cited_before = " ".join(f"[{p.get('id')}]" for p in evidence) or "nothing"
                 recited, cites = recited
-                note = f"citations replaced by passages the search returned that support it (it cited {cited_before})"
+                note = (f"citations replaced by passages the search returned that support it (it cited {cited_before})"
+                        if _CITE_RE.search(recited) else
+                        f"citations removed: they do not support it (it cited {cited_before}), and the user's statements "
+                        "and the policy's rules prove it without them")
                 findings = [replace(f, detail=f"{f.detail}; {note}" if f.detail else note) for f in findings]
             findings += cites
         else:  # no corpus: citations cannot be checked, known errors still can
@@ -278,6 +285,21 @@ class Validator:
         text = _CITE_RE.sub("", answer).rstrip() + " " + " ".join(f"[{i}]" for i in ids)
         cites = gate.check(question, text)
         return None if any(f.result is Result.INVALID for f in cites) else (text, cites)
+
+    def _uncite(self, question: str, clarifications: Sequence[Clarification], answer: str,
+                gate: CitationGate) -> tuple[str, list[Finding], list[Finding]] | None:
+        """A proved answer whose citations the gate rejects and that no passage the search returned
+        cites either, when the question and the user's statements prove it with no passage at all (a
+        namesake answered "the one who lives in Fitap", and the policy's rule "Fitap is a city in the
+        country Undel"): the answer without its citations, the gate's findings on it, and the proof's
+        findings. None when the proof needs a passage or the gate still rejects it."""
+        findings = check(self.policy, premise_text(question, clarifications, []), claim_text(answer), self.translator,
+                         reasoner=self.reasoner)
+        if aggregate(findings) is not Result.VALID:
+            return None
+        text = _CITE_RE.sub("", answer).rstrip()
+        cites = gate.check(question, text)
+        return None if any(f.result is Result.INVALID for f in cites) else (text, cites, findings)
 
     def _from_trace(self, question: str, clarifications: Sequence[Clarification], claims: str,
                     bound: Sequence[Mapping[str, str]], evidence: Sequence[Mapping[str, str]],

@@ -87,3 +87,27 @@ def test_only_namesakes_of_the_person_asked_about_are_asked(world_v2, tmp_path):
     subjects = {n["subject"] for n in check.extras.get("namesakes", [])}
     assert stranger.name.lower() not in subjects
     assert subjects == {q.person.lower()}  # SATISFIABLE: the question's person has namesakes, so the loop asks about them
+
+
+def test_a_namesake_answer_the_user_settles_drops_citations_that_do_not_support_it(world_v2, tmp_path):
+    """Once the user has said which namesake is meant, the policy's rule proves the country; a right answer
+    citing another city's passage is served without that citation (and says so), a wrong one never VALID."""
+    from awarl.chat.thread import Clarification
+
+    v = _validator(world_v2, tmp_path)
+    names = [p.name for p in world_v2.persons]
+    q = next(q for q in world_v2.questions if q.answerable and names.count(q.person) > 1)
+    city = q.chain[0]
+    verb = "lives in" if q.relation == "lives" else "was born in"
+    said = [Clarification(question=f"Which {q.person} do you mean?", answer=f"{q.person} {verb} {city}.")]
+    other_city = next(c for c, k in world_v2.parent.items() if k not in (None, q.answer) and (c, "in") in world_v2.fact_passage)
+    pid = world_v2.fact_passage[(other_city, "in")]  # "<other city> is a city in the country K": says nothing of the answer
+    cited = [{"id": pid, "title": world_v2.passage(pid).title, "text": world_v2.passage(pid).text}]
+    right = v.validate(q.question, said, f"<answer>{q.answer}</answer> [{pid}]", cited)
+    assert aggregate(right.findings) is Result.VALID and right.recited == f"<answer>{q.answer}</answer>"
+    assert right.given == [said[0].answer]
+    assert all("citations removed" in f.detail for f in right.findings if f.citation is None)
+    wrong = v.validate(q.question, said, f"<answer>{world_v2.parent[other_city]}</answer> [{pid}]", cited)
+    assert wrong.recited is None and aggregate(wrong.findings) is not Result.VALID
+    unsaid = v.validate(q.question, [], f"<answer>{q.answer}</answer> [{pid}]", cited)  # nobody said which one
+    assert unsaid.recited is None and aggregate(unsaid.findings) is not Result.VALID
