@@ -46,6 +46,7 @@ from awarl.chat.thread import Badge, Clarification, Exit, Iteration, State, Stat
 from awarl.chat.validate import Validator
 from awarl.protocol import extract_answer, format_final
 from awarl.verify.findings import KINDS, Finding, Result, aggregate, kind_of, partly_valid, sort_findings
+from awarl.verify.translate import qualified
 
 log = logging.getLogger(__name__)
 
@@ -342,8 +343,10 @@ def _restated(t: Thread, c: Clarification) -> Clarification:
     options = t.question_options.get(c.question)
     if not options or not c.answer:
         return c
-    hits = [s for value, s in options.items() if re.search(rf"(?<!\w){re.escape(value)}(?!\w)", c.answer, re.I)]
-    return replace(c, answer=hits[0]) if len(hits) == 1 else c
+    found = [(m, s) for value, s in options.items() if (m := re.search(rf"(?<!\w){re.escape(value)}(?!\w)", c.answer, re.I))]
+    if len(found) != 1 or qualified(c.answer, [found[0][0].span()]):  # "Not the one in Dorin." names no option
+        return c
+    return replace(c, answer=found[0][1])
 
 
 def _served_text(reply: AgentReply) -> str:

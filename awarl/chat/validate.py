@@ -31,6 +31,7 @@ from awarl.verify.citations import Correction, CitationGate, LexicalJudge, check
 from awarl.verify.findings import Ambiguity, Finding, Result, Statement, Translation, aggregate
 from awarl.verify.policy import Policy, load_policy
 from awarl.verify.reasoner import Reasoner, check
+from awarl.protocol import extract_citations
 from awarl.verify.translate import split_sentences
 
 _TAGS_RE = re.compile(r"</?answer>", re.I)
@@ -58,14 +59,32 @@ def premise_text(question: str, clarifications: Sequence[Clarification], evidenc
     return "\n".join(p for p in parts if p)
 
 
+def _plain(text: str) -> str:
+    """A sentence or claim as `Validator._uncite` compares them: case, spacing and end punctuation ignored."""
+    return " ".join(text.casefold().split()).strip(" .!;:,")
+
+
+_LEAD_CLAUSE_RE = re.compile(r"^(.+?),\s*(?:(?:in|at|on|for|from|to|with|by|of)\s+)?(?:which|what|how|where|who|whom|whose|"
+                             r"when|why|can|could|do|does|did|is|are|am|will|would|should|shall|may)\b", re.I | re.S)
+"""A question sentence's leading clause, which states rather than asks: "Given that I am a member, what …?"."""
+
+
 def user_statements(question: str, clarifications: Sequence[Clarification]) -> str:
-    """What the user stated as fact: the question's declarative sentences (not what it asks) and the
-    answers to clarifying questions. A proof that uses one of them is valid *given your statement*.
+    """What the user stated as fact: the question's declarative sentences and the leading clause of a
+    question sentence ("As a gold member, what do I get?"), not what it asks, and the answers to
+    clarifying questions. A proof that uses one of them is valid *given your statement*.
 
     >>> user_statements("I am a gold member. What discount do I get?", [])
     'I am a gold member.'
+    >>> user_statements("As a gold member, what discount do I get?", [])
+    'As a gold member.'
     """
-    parts = [s for s in split_sentences(question) if not s.rstrip().endswith("?")]
+    parts = []
+    for sentence in split_sentences(question):
+        if not sentence.rstrip().endswith("?"):
+            parts.append(sentence)
+        elif lead := _LEAD_CLAUSE_RE.match(sentence):
+            parts.append(lead.group(1).strip() + ".")
     parts += [c.answer.strip() for c in clarifications if not c.skipped and c.answer and c.answer.strip()]
     return "\n".join(parts)
 
@@ -236,7 +255,7 @@ class Validator:
                     recited, findings, trace = uncited[:2], uncited[2], []
                     premises, given = premise_text(question, clarifications, []), self._given(question, clarifications, findings)
             if recited is not None:
-                cited_before = " ".join(f"[{p.get('id')}]" for p in evidence) or "nothing"
+                cited_before = " ".join(f"[{i}]" for i in extract_citations(answer)) or "nothing"
                 recited, cites = recited
                 note = (f"citations replaced by passages the search returned that support it (it cited {cited_before})"
                         if _CITE_RE.search(recited) else
@@ -292,10 +311,17 @@ class Validator:
         cites either, when the question and the user's statements prove it with no passage at all (a
         namesake answered "the one who lives in Fitap", and the policy's rule "Fitap is a city in the
         country Undel"): the answer without its citations, the gate's findings on it, and the proof's
-        findings. None when the proof needs a passage or the gate still rejects it."""
+        findings. None when the proof needs a passage, the answer says more than the proved claims (a sentence
+        the gate rejected must not lose its only check), or the gate still rejects it."""
         findings = check(self.policy, premise_text(question, clarifications, []), claim_text(answer), self.translator,
                          reasoner=self.reasoner)
         if aggregate(findings) is not Result.VALID:
+            return None
+        # Only an answer that is nothing but what was proved ("Undel"): the gate judged every other sentence
+        # by its citations, and without them nothing would check it.
+        proved = {_plain(c.natural_language) for f in findings if f.translation for c in f.translation.claims}
+        sentences = split_sentences(claim_text(answer))
+        if not sentences or any(_plain(x) not in proved for x in sentences):
             return None
         text = _CITE_RE.sub("", answer).rstrip()
         cites = gate.check(question, text)

@@ -158,7 +158,7 @@ class PatternTranslator:
         proved), and a match the words around it negate (`_negation`: "It is not Ruvia.") is not read
         at all: a pattern states what it matches, and only a pattern that holds the negation itself
         ("not a member") reads one. An ``answer`` sentence that qualifies what it says in words no
-        match accounts for (`_qualified`: "I do not think it is Ruvia", "probably Ruvia") reads
+        match accounts for (`qualified`: "I do not think it is Ruvia", "probably Ruvia") reads
         nothing: it is left untranslated, so it can never be proved."""
         found: list[_Match] = []
         accounted: list[tuple[int, int]] = []  # the text of every match, and each negation that turned one around
@@ -186,7 +186,7 @@ class PatternTranslator:
                     values.append(value)
                     subject = m.groupdict().get("subject")
                     found.append(_Match(var.name, value, var.role, m.group(0), subject_key(subject) if subject else None))
-        if answer and found and _qualified(sentence, accounted):
+        if answer and found and qualified(sentence, accounted):
             return []
         return found
 
@@ -253,14 +253,14 @@ def _negation(sentence: str, start: int, end: int) -> tuple[int, int] | None:
     return None
 
 
-def _qualified(sentence: str, accounted: Sequence[tuple[int, int]]) -> bool:
+def qualified(sentence: str, accounted: Sequence[tuple[int, int]]) -> bool:
     """Whether an answer sentence qualifies what it says in words that no match, and no negation of
     a match, accounts for. The pattern translator cannot tell the scope of "I do not think that it is
     Ruvia", "probably Ruvia", "anything but Ruvia" or "It isn't Suldor, it's Ruvia or Suldor", so such
     a sentence is not read at all; "Ruvia, not Suldor" (the "not" negates Suldor's match) and a leading
     "No, …" are read.
 
-    >>> _qualified("I do not think that it is Ruvia.", [(26, 31)]), _qualified("Ruvia, not Suldor", [(0, 5), (11, 17), (7, 10)])
+    >>> qualified("I do not think that it is Ruvia.", [(26, 31)]), qualified("Ruvia, not Suldor", [(0, 5), (11, 17), (7, 10)])
     (True, False)
     """
     skip = _ANSWER_PARTICLE_RE.match(sentence)

@@ -111,3 +111,24 @@ def test_a_namesake_answer_the_user_settles_drops_citations_that_do_not_support_
     assert wrong.recited is None and aggregate(wrong.findings) is not Result.VALID
     unsaid = v.validate(q.question, [], f"<answer>{q.answer}</answer> [{pid}]", cited)  # nobody said which one
     assert unsaid.recited is None and aggregate(unsaid.findings) is not Result.VALID
+    # an answer that says more than the proved country keeps its citations, so the gate still judges the rest
+    more = v.validate(q.question, said, f"<answer>{q.answer}. It borders {world_v2.parent[other_city]} [{pid}].</answer>", cited)
+    assert more.recited is None and aggregate(more.findings) is not Result.VALID
+    # a premise the question states in its leading clause is the user's statement, and the badge says so
+    stated = f"Given that {q.person} {verb} {city}, {q.question[0].lower()}{q.question[1:]}"
+    inline = v.validate(stated, [], f"<answer>{q.answer}</answer>", [])
+    assert aggregate(inline.findings) is Result.VALID and inline.given == [f"Given that {q.person} {verb} {city}."]
+
+
+def test_a_reply_that_denies_an_option_is_not_restated_as_it():
+    from awarl.chat.loop import _restated
+    from awarl.chat.thread import Clarification, Thread
+
+    ask = "Which Talo Nast do you mean — the one who was born in Dorin, or in Elbo?"
+    t = Thread(id="t", prompt="Which country was Talo Nast born in?",
+               question_options={ask: {"Dorin": "Talo Nast was born in Dorin.", "Elbo": "Talo Nast was born in Elbo."}})
+    said = {reply: _restated(t, Clarification(question=ask, answer=reply)).answer
+            for reply in ("Elbo", "the one in Elbo", "Not the one in Dorin.", "Dorin or Elbo", "maybe Elbo")}
+    assert said == {"Elbo": "Talo Nast was born in Elbo.", "the one in Elbo": "Talo Nast was born in Elbo.",
+                    "Not the one in Dorin.": "Not the one in Dorin.", "Dorin or Elbo": "Dorin or Elbo",
+                    "maybe Elbo": "maybe Elbo"}
