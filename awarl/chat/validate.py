@@ -27,11 +27,11 @@ from typing import Any
 
 from awarl.chat.thread import Clarification
 from awarl.data.records import Passage
+from awarl.protocol import extract_citations
 from awarl.verify.citations import Correction, CitationGate, LexicalJudge, check_corrections
 from awarl.verify.findings import Ambiguity, Finding, Result, Statement, Translation, aggregate
 from awarl.verify.policy import Policy, load_policy
 from awarl.verify.reasoner import Reasoner, check
-from awarl.protocol import extract_citations
 from awarl.verify.translate import split_sentences
 
 _TAGS_RE = re.compile(r"</?answer>", re.I)
