@@ -27,7 +27,7 @@ from typing import Any
 
 from awarl.chat.thread import Clarification
 from awarl.data.records import Passage
-from awarl.protocol import extract_citations
+from awarl.protocol import extract_citations, normalize_answer
 from awarl.verify.citations import Correction, CitationGate, LexicalJudge, check_corrections
 from awarl.verify.findings import Ambiguity, Finding, Result, Statement, Translation, aggregate
 from awarl.verify.policy import Policy, load_policy
@@ -57,11 +57,6 @@ def premise_text(question: str, clarifications: Sequence[Clarification], evidenc
     parts += [c.answer.strip().rstrip(".") + "." for c in clarifications if not c.skipped and c.answer and c.answer.strip()]
     parts += [p.get("text", "").strip() for p in evidence if p.get("text")]
     return "\n".join(p for p in parts if p)
-
-
-def _plain(text: str) -> str:
-    """A sentence or claim as `Validator._uncite` compares them: case, spacing and end punctuation ignored."""
-    return " ".join(text.casefold().split()).strip(" .!;:,")
 
 
 _LEAD_CLAUSE_RE = re.compile(r"^(.+?),\s*(?:(?:in|at|on|for|from|to|with|by|of)\s+)?(?:which|what|how|where|who|whom|whose|"
@@ -319,9 +314,9 @@ class Validator:
             return None
         # Only an answer that is nothing but what was proved ("Undel"): the gate judged every other sentence
         # by its citations, and without them nothing would check it.
-        proved = {_plain(c.natural_language) for f in findings if f.translation for c in f.translation.claims}
+        proved = {normalize_answer(c.natural_language) for f in findings if f.translation for c in f.translation.claims}
         sentences = split_sentences(claim_text(answer))
-        if not sentences or any(_plain(x) not in proved for x in sentences):
+        if not sentences or any(normalize_answer(x) not in proved for x in sentences):
             return None
         text = _CITE_RE.sub("", answer).rstrip()
         cites = gate.check(question, text)
