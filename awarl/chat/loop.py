@@ -267,10 +267,13 @@ class Loop:
                 self._complete(t, Exit.MAX_ITERATIONS_REACHED, Badge.NOT_VALIDATED,
                                f"The agent gave no final answer in {t.rewrites + 1} attempt(s).", final="")
             return
-        self._set_answer(t, _served_text(reply), reply.citations)
+        it = t.last
+        assert it is not None
+        # The iteration's answer is what is checked and served (`raw` keeps the reply): the passages its
+        # search returned are found by it (`_returned`), so a reply that repeats an id keeps its trace.
+        it.answer = _served_text(reply)
+        self._set_answer(t, it.answer, reply.citations)
         if reply.abstained:
-            it = t.last
-            assert it is not None
             it.abstained, it.cited = True, list(t.cited)
             self._serve_best(t)  # an abstention ends the thread; an earlier SATISFIABLE answer is still served first
         else:

@@ -124,6 +124,13 @@ def test_the_thread_reports_what_a_valid_answer_was_proved_from(make_manager, wo
     assert f"[{person_pid}]" in t["warning"] and "did not cite" in t["warning"]
     assert any(NOTE in f["detail"] for f in t["iterations"][t["served"]]["findings"])
     traced.close()
+    # A reply that repeats an id is served once-cited, and its search trace still counts.
+    repeated = make_manager(TraceAgent(f"<answer>{q.answer}</answer> [{city_pid}] [{city_pid}]",
+                                       [_shown(world, city_pid), _shown(world, person_pid)]), **kw)
+    t = repeated.wait(repeated.submit(q.question).id, timeout=60)
+    assert t["badge"] == "VALID" and t["valid_from"] == "search trace" and t["rewrites"] == 0
+    assert t["iterations"][0]["raw"].count(f"[{city_pid}]") == 2 and t["iterations"][0]["answer"].count(f"[{city_pid}]") == 1
+    repeated.close()
     both = make_manager(TraceAgent(f"<answer>{q.answer}</answer> [{person_pid}] [{city_pid}]",
                                    [_shown(world, city_pid), _shown(world, person_pid)]), **kw)
     t = both.wait(both.submit(q.question).id, timeout=60)
