@@ -9,7 +9,8 @@ a VALID result then says so in its findings ("premise from search trace, not cit
 Everything the answer asserts is a claim — a premise-like phrase in the answer ("Since you are a
 gold member …", "X was born in Abro …") is checked, never assumed, so an answer cannot prove
 itself. A VALID result that rests on a statement of the user's ("I am a gold member") is
-reported with those statements (`Validation.given`), so the badge says "given your statement".
+reported with those statements (`Validation.given`), so the badge says "given your statement";
+a statement that qualifies what it states ("X lives in Goriv or Kegez.") is no premise (`Validator._plain`).
 Claims come from the answer, without its ``<answer>`` tags and citation markers. Z3 objects are
 not thread-safe, so a `Validator` belongs to one worker: it loads its own copy of the policy,
 which owns its own ``z3.Context``.
@@ -226,6 +227,7 @@ class Validator:
         started = time.perf_counter()
         bound, namesakes = self._unambiguous(evidence)
         asked = self._subjects(question)
+        question, clarifications, hedged = self._plain(question, clarifications)
         if asked:  # a namesake of someone the question does not ask about is nothing to ask the user
             namesakes = [n for n in namesakes if n["subject"] in asked]
         premises = premise_text(question, clarifications, bound)
@@ -260,9 +262,44 @@ class Validator:
             findings += cites
         else:  # no corpus: citations cannot be checked, known errors still can
             findings += [Finding(Result.INVALID, citation=i, detail=f"citation: {i.kind}") for i in check_corrections(answer, corrections)]
-        extras = {"namesakes": namesakes} if namesakes else {}
+        if hedged:
+            note = "not taken as a premise, as it qualifies what it states: " + " ".join(f"“{h}”" for h in hedged)
+            findings = [replace(f, detail=f"{f.detail}; {note}" if f.detail else note) if f.citation is None else f
+                        for f in findings]
+        extras: dict[str, Any] = {"namesakes": namesakes} if namesakes else {}
+        if hedged:
+            extras["hedged"] = hedged
         return Validation(findings, premises, claims, time.perf_counter() - started, solver, given,
                           [p["id"] for p in trace], extras, recited)
+
+    def _plain(self, question: str, clarifications: Sequence[Clarification]) -> tuple[str, list[Clarification], list[str]]:
+        """The question and the user's answers without the statements that qualify what they state
+        ("Lesa Pilt lives in Goriv or Kegez.", "Probably Goriv."), for a translator that tells them
+        (`PatternTranslator.hedged`): a hedged sentence of the question is dropped (of a question
+        sentence, its leading clause), a hedged answer counts as skipped. Also returned: what was left out."""
+        hedge = getattr(self.translator.inner, "hedged", None)
+        if hedge is None:
+            return question, list(clarifications), []
+        left_out: list[str] = []
+        kept = []
+        for sentence in split_sentences(question):
+            asks = sentence.rstrip().endswith("?")
+            lead = _LEAD_CLAUSE_RE.match(sentence) if asks else None
+            stated = lead.group(1) if lead else sentence
+            if (asks and not lead) or not hedge(stated, self.policy):  # what a question asks states nothing
+                kept.append(sentence)
+                continue
+            left_out.append(" ".join(stated.split()))
+            if lead:  # the question itself stays: "…, which country does she live in?"
+                kept.append(sentence[lead.end(1):].lstrip(" ,"))
+        plain = " ".join(kept) if left_out else question
+        answers = []
+        for c in clarifications:
+            if not c.skipped and c.answer and c.answer.strip() and hedge(c.answer, self.policy):
+                left_out.append(" ".join(c.answer.split()))
+                c = replace(c, answer=None, skipped=True, reason="hedged")
+            answers.append(c)
+        return plain, answers, left_out
 
     def _subjects(self, question: str) -> set[str]:
         """The subjects (persons) the question's own premises name, for a translator that reads them."""

@@ -152,6 +152,15 @@ class PatternTranslator:
         return [(m.name, m.value, m.subject) for sentence in split_sentences(text)
                 for m in self._read(sentence, policy, deadline) if m.subject is not None and m.role != "claim"]
 
+    def hedged(self, text: str, policy: Policy) -> bool:
+        """Whether a statement of the user's qualifies what it states ("X lives in Goriv or Kegez.",
+        "Probably Goriv.", "Goriv, I think."): one of its sentences gives a premise but, read as strictly
+        as an answer sentence (`qualified`), gives none. Such a statement is no premise: taken as one,
+        the pattern translator would read its first option as a fact."""
+        deadline = time.monotonic() + self.timeout_ms / 1000.0
+        return any(self._read(sentence, policy, deadline) and not self._read(sentence, policy, deadline, answer=True)
+                   for sentence in split_sentences(text))
+
     def _read(self, sentence: str, policy: Policy, deadline: float, *, answer: bool = False) -> list[_Match]:
         """Every value the sentence's patterns give each variable, at every place a pattern matches.
         Two values of one variable are both read ("Ruvia or Suldor" claims both, so a hedge is never

@@ -132,3 +132,34 @@ def test_a_reply_that_denies_an_option_is_not_restated_as_it():
     assert said == {"Elbo": "Talo Nast was born in Elbo.", "the one in Elbo": "Talo Nast was born in Elbo.",
                     "Not the one in Dorin.": "Not the one in Dorin.", "Dorin or Elbo": "Dorin or Elbo",
                     "maybe Elbo": "maybe Elbo"}
+
+
+def test_a_statement_of_the_user_that_hedges_is_no_premise(world, tmp_path):
+    """"X lives in Goriv or Kegez." states neither city: typed as a reply, stated before the question or
+    in its leading clause, it is left out of the premises and the findings say so; said plainly, it proves."""
+    from awarl.chat.thread import Clarification
+
+    v = _validator(world, tmp_path)
+    q = next(q for q in world.questions if q.answerable and q.relation == "lives")
+    city = q.chain[0]
+    other = next(c for c in world.parent if c != city)
+    answer = f"<answer>{q.answer}</answer>"
+    lower = q.question[0].lower() + q.question[1:]
+    plain = f"{q.person} lives in {city}."
+    for hedge in (f"{q.person} lives in {city} or {other}.", f"Maybe {q.person} lives in {city}.",
+                  f"I think {q.person} lives in {city}.", f"{q.person} lives in {city}, maybe."):
+        for question, said in ((q.question, [Clarification(question="Where does the person live?", answer=hedge)]),
+                               (f"{hedge} {q.question}", []),
+                               (f"Given that {hedge.rstrip('.')}, {lower}", [])):
+            check = v.validate(question, said, answer, [])
+            assert aggregate(check.findings) is Result.SATISFIABLE, (question, said)
+            assert check.extras["hedged"] and check.given == []
+            assert all("not taken as a premise" in f.detail for f in check.findings if f.citation is None)
+        # the hedge is no premise, but neither is it a denial: the plain statement beside it still proves
+        both = v.validate(q.question, [Clarification(question="Where?", answer=hedge),
+                                       Clarification(question="Where, exactly?", answer=plain)], answer, [])
+        assert aggregate(both.findings) is Result.VALID and both.given == [plain]
+    for question, said in ((q.question, [Clarification(question="Where does the person live?", answer=plain)]),
+                           (f"{plain} {q.question}", []), (f"Given that {plain.rstrip('.')}, {lower}", [])):
+        check = v.validate(question, said, answer, [])
+        assert aggregate(check.findings) is Result.VALID and "hedged" not in check.extras, (question, said)
