@@ -63,6 +63,32 @@ def premise_text(question: str, clarifications: Sequence[Clarification], evidenc
 _LEAD_CLAUSE_RE = re.compile(r"^(.+?),\s*(?:(?:in|at|on|for|from|to|with|by|of)\s+)?(?:which|what|how|where|who|whom|whose|"
                              r"when|why|can|could|do|does|did|is|are|am|will|would|should|shall|may)\b", re.I | re.S)
 """A question sentence's leading clause, which states rather than asks: "Given that I am a member, what …?"."""
+_TRAIL_CLAUSE_RE = re.compile(r",\s*(?:given(?: that)?|since|as|because|considering(?: that)?|now that|seeing that)\s+"
+                              r"([^?]+?)\s*\?\s*$", re.I)
+"""A question sentence's trailing clause that states: "…, given that I am a member?"."""
+_CONFIRM_RE = re.compile(r"^\W*(?:is it (?:true|right|correct|the case)|am i right|isn't it true|can you confirm)\b|"
+                         r",\s*(?:right|correct|true|no|yes|yeah|ok(?:ay)?|isn't (?:it|that)(?: so| right)?)\s*\?\s*$", re.I)
+"""A question that asks to confirm a statement ("Is it true that …?", "…, right?"): it states nothing."""
+
+
+def stated_part(sentence: str) -> tuple[str, str] | None:
+    """What a sentence of the user's question states, and what is left of it without that: a declarative
+    sentence, or a question's stated clause ("Given that X, which …?" → ("Given that X", "which …?"); "…,
+    given that X?"); a question that asks to confirm a statement is all statement (its "?" hedges it, see
+    `PatternTranslator.hedged`). None for a sentence that only asks.
+
+    >>> stated_part("Given that I am a member, what do I get?")
+    ('Given that I am a member', 'what do I get?')
+    >>> stated_part("What do I get?") is None
+    True
+    """
+    if not sentence.rstrip().endswith("?") or _CONFIRM_RE.search(sentence):
+        return sentence, ""
+    if lead := _LEAD_CLAUSE_RE.match(sentence):
+        return lead.group(1).strip(), sentence[lead.end(1):].lstrip(" ,")
+    if trail := _TRAIL_CLAUSE_RE.search(sentence):
+        return trail.group(1).strip(), sentence[: trail.start()].rstrip() + "?"
+    return None
 
 
 def user_statements(question: str, clarifications: Sequence[Clarification]) -> str:
@@ -77,10 +103,8 @@ def user_statements(question: str, clarifications: Sequence[Clarification]) -> s
     """
     parts = []
     for sentence in split_sentences(question):
-        if not sentence.rstrip().endswith("?"):
-            parts.append(sentence)
-        elif lead := _LEAD_CLAUSE_RE.match(sentence):
-            parts.append(lead.group(1).strip() + ".")
+        if (stated := stated_part(sentence)) is not None:
+            parts.append(stated[0] if not stated[1] else stated[0].rstrip(" .,") + ".")
     parts += [c.answer.strip() for c in clarifications if not c.skipped and c.answer and c.answer.strip()]
     return "\n".join(parts)
 
@@ -274,28 +298,28 @@ class Validator:
 
     def _plain(self, question: str, clarifications: Sequence[Clarification]) -> tuple[str, list[Clarification], list[str]]:
         """The question and the user's answers without the statements that qualify what they state
-        ("Lesa Pilt lives in Goriv or Kegez.", "Probably Goriv."), for a translator that tells them
-        (`PatternTranslator.hedged`): a hedged sentence of the question is dropped (of a question
-        sentence, its leading clause), a hedged answer counts as skipped. Also returned: what was left out."""
+        ("Lesa Pilt lives in Goriv or Kegez.", "Maybe she lives in Goriv.", "Is it true that …?"), for a
+        translator that tells them (`PatternTranslator.hedged`): a hedged statement of the question is
+        dropped (of a question sentence, its stated clause: `stated_part`), a hedged answer counts as
+        skipped. Also returned: what was left out."""
         hedge = getattr(self.translator.inner, "hedged", None)
         if hedge is None:
             return question, list(clarifications), []
+        sentences = split_sentences(question)
+        # each sentence's stated part (and what stays without it); a question that only asks is checked whole
+        parts = [(i, stated or (sentence, "")) for i, sentence in enumerate(sentences) for stated in [stated_part(sentence)]]
+        flags = hedge([stated for _, (stated, _) in parts], self.policy,
+                      [stated_part(sentences[i]) is None for i, _ in parts]) if parts else []
         left_out: list[str] = []
-        kept = []
-        for sentence in split_sentences(question):
-            asks = sentence.rstrip().endswith("?")
-            lead = _LEAD_CLAUSE_RE.match(sentence) if asks else None
-            stated = lead.group(1) if lead else sentence
-            if (asks and not lead) or not hedge(stated, self.policy):  # what a question asks states nothing
-                kept.append(sentence)
-                continue
-            left_out.append(" ".join(stated.split()))
-            if lead:  # the question itself stays: "…, which country does she live in?"
-                kept.append(sentence[lead.end(1):].lstrip(" ,"))
-        plain = " ".join(kept) if left_out else question
+        kept = list(sentences)
+        for (i, (stated, rest)), flag in zip(parts, flags):
+            if flag:
+                left_out.append(" ".join(stated.split()))
+                kept[i] = rest  # the question itself stays: "…, which country does she live in?"
+        plain = " ".join(k for k in kept if k) if left_out else question
         answers = []
         for c in clarifications:
-            if not c.skipped and c.answer and c.answer.strip() and hedge(c.answer, self.policy):
+            if not c.skipped and c.answer and c.answer.strip() and any(hedge(split_sentences(c.answer), self.policy)):
                 left_out.append(" ".join(c.answer.split()))
                 c = replace(c, answer=None, skipped=True, reason="hedged")
             answers.append(c)

@@ -152,14 +152,36 @@ class PatternTranslator:
         return [(m.name, m.value, m.subject) for sentence in split_sentences(text)
                 for m in self._read(sentence, policy, deadline) if m.subject is not None and m.role != "claim"]
 
-    def hedged(self, text: str, policy: Policy) -> bool:
-        """Whether a statement of the user's qualifies what it states ("X lives in Goriv or Kegez.",
-        "Probably Goriv.", "Goriv, I think."): one of its sentences gives a premise but, read as strictly
-        as an answer sentence (`qualified`), gives none. Such a statement is no premise: taken as one,
-        the pattern translator would read its first option as a fact."""
+    def hedged(self, parts: Sequence[str], policy: Policy, asks: Sequence[bool] = ()) -> list[bool]:
+        """Of each part of what a user says (a sentence, or the stated clause of a question), whether it
+        qualifies the premise it gives, so that it is no premise: it offers alternatives ("X lives in
+        Goriv or Kegez", "gold/silver"), doubts or approximates ("Maybe …", "…, I think", "I used to be a
+        gold member", "about $50"), asks for confirmation ("…, right?", "Is it true that …?") or is
+        followed by a sentence that doubts it or offers another option ("I am a gold member. Not sure
+        though.", "… Or silver."). Taken as a premise, the pattern translator would read its first option
+        as a fact. Words a match itself holds do not count, nor words that only look like a hedge
+        ("in May", "on 3/14", "I'm not sure what discount I get").
+
+        A part whose ``asks`` flag is set is a question that states nothing in a clause of its own: it is
+        hedged when it holds such words (its closing "?" aside), or when it asks about a premise and
+        claims nothing ("Am I a gold member?"; a wh-question such as "Which country does X live in?"
+        names what is asked, and stays)."""
         deadline = time.monotonic() + self.timeout_ms / 1000.0
-        return any(self._read(sentence, policy, deadline) and not self._read(sentence, policy, deadline, answer=True)
-                   for sentence in split_sentences(text))
+        texts = [part.rstrip().removesuffix("?") if i < len(asks) and asks[i] else part for i, part in enumerate(parts)]
+        reads = [self._read(text, policy, deadline) for text in texts]
+        flags = []
+        for i, (text, found) in enumerate(zip(texts, reads)):
+            if not found:
+                flags.append(False)
+                continue
+            spans = [(at, at + len(m.text)) for m in found if (at := text.find(m.text)) >= 0]
+            cues = [c for c in _STATED_HEDGE_RE.finditer(text) if not any(a <= c.start() and c.end() <= b for a, b in spans)]
+            after = texts[i + 1] if i + 1 < len(texts) else ""
+            doubted_after = bool(_ALTERNATIVE_RE.match(after) or (not reads[i + 1] and _DOUBT_RE.search(after))) if after else False
+            asked_premise = (i < len(asks) and asks[i] and not _WH_RE.match(text)
+                             and not any(m.role == "claim" for m in found) and any(m.role == "premise" for m in found))
+            flags.append(bool(cues or doubted_after or asked_premise))
+        return flags
 
     def _read(self, sentence: str, policy: Policy, deadline: float, *, answer: bool = False) -> list[_Match]:
         """Every value the sentence's patterns give each variable, at every place a pattern matches.
@@ -238,6 +260,24 @@ _QUALIFIER_RE = re.compile(
     r"allegedly|supposedly|wrong|incorrect|false|untrue|mistaken|impossible|ruled out|nope|or|either|whether|"
     r"unless)\b|n't\b|[?/]", re.I)
 """Words that qualify what an answer sentence says: negation, exception, doubt, hedging, alternatives."""
+_DOUBT_RE = re.compile(
+    r"\b(?:maybe|perhaps|probabl[ey]|possibl[ey]|presumabl[ey]|supposedly|allegedly|apparently|i doubt|"
+    r"i (?:think|thought|believe|guess|suppose|reckon|assume|heard|hope)|i'?m (?:thinking|guessing|hoping|assuming)|"
+    r"if i (?:remember|recall)|i (?:forget|can't remember|don't remember)|or something|scratch that|never ?mind|"
+    r"(?:that's|that is) (?:wrong|not right|incorrect)|"
+    r"(?:not|never) (?:\d+ ?% |entirely |completely |totally |really |quite |very )?(?:sure|certain)"
+    r"(?! (?:what|whether|if|how|which|who|whom|where|when|why))|unsure|uncertain)(?!\w)", re.I)
+"""Words that doubt what a user states, in the sentence or just after it ("I am a gold member. Not sure though.")."""
+_STATED_HEDGE_RE = re.compile(
+    _DOUBT_RE.pattern + r"|\b(?:or|either|nor|used to|no longer|any ?more|formerly|former|lost|cancell?ed|expired|i wish|"
+    r"might|may be|could be|would be|will be|going to be|'ll be|plan(?:ning)? to|"
+    r"roughly|(?:about|around)(?= [$€£]?\d)|approximately|almost|nearly|or so|at least|at most|"
+    r"kind of|sort of|is it (?:true|right|correct|the case) that|am i right)\b|(?<!\d)/(?!\d)|\?", re.I)
+"""What qualifies the premise a user's statement gives, in that statement: doubt, alternatives, a past or
+lost state, an approximation, or a request for confirmation ("…, right?")."""
+_ALTERNATIVE_RE = re.compile(r"^\W*(?:or|either|nor)\b", re.I)
+"""A sentence that offers another option for the one before it ("… in Goriv. Or Kegez.")."""
+_WH_RE = re.compile(r"^\W*(?:(?:in|at|on|for|from|to|with|by|of)\s+)?(?:which|what|how|where|who|whom|whose|when|why)\b", re.I)
 _ANSWER_PARTICLE_RE = re.compile(r"^\W*(?:yes|no)\b\W", re.I)
 """A leading "Yes," or "No," answers a yes/no question; it does not qualify the rest."""
 

@@ -5,6 +5,8 @@ is never VALID (real Z3 checks on a generated world's policy and corpus)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from awarl.chat.validate import Validator
@@ -160,6 +162,41 @@ def test_a_statement_of_the_user_that_hedges_is_no_premise(world, tmp_path):
                                        Clarification(question="Where, exactly?", answer=plain)], answer, [])
         assert aggregate(both.findings) is Result.VALID and both.given == [plain]
     for question, said in ((q.question, [Clarification(question="Where does the person live?", answer=plain)]),
-                           (f"{plain} {q.question}", []), (f"Given that {plain.rstrip('.')}, {lower}", [])):
+                           (f"{plain} {q.question}", []), (f"Given that {plain.rstrip('.')}, {lower}", []),
+                           (f"{q.person} lives in {city} since May. {q.question}", [])):
         check = v.validate(question, said, answer, [])
         assert aggregate(check.findings) is Result.VALID and "hedged" not in check.extras, (question, said)
+    # doubt in the next sentence, another option after it, a question that asks to confirm, a trailing clause
+    for question, said in ((f"{plain} Not sure though. {q.question}", []),
+                           (q.question, [Clarification(question="Where?", answer=f"{plain} Or {other}.")]),
+                           (f"{q.person} lives in {city}, right? {q.question}", []),
+                           (f"Is it true that {q.person} lives in {city}? {q.question}", []),
+                           (f"{q.question[:-1]}, given that {q.person} lives in {city} or {other}?", []),
+                           (f"I think {q.person} lives in {city} - {lower}", [])):
+        check = v.validate(question, said, answer, [])
+        assert aggregate(check.findings) is Result.SATISFIABLE and check.extras["hedged"], (question, said)
+
+
+POLICIES = Path(__file__).resolve().parents[2] / "configs" / "policies"
+
+
+@pytest.mark.parametrize("question, said, result", [
+    ("I am a gold member. Do I get free shipping?", None, Result.VALID),
+    ("I became a gold member in May. Do I get free shipping?", None, Result.VALID),  # the month is no hedge
+    ("I am a gold member and I'm not sure what discount I get.", None, Result.VALID),  # nor is a doubt about the claim
+    ("Do I get free shipping?", "Yes, gold since May.", Result.VALID),
+    ("I am a gold member. Or silver, not sure. Do I get free shipping?", None, Result.SATISFIABLE),
+    ("I am a gold member. At least I believe so. Do I get free shipping?", None, Result.SATISFIABLE),
+    ("I used to be a gold member. Do I get free shipping?", None, Result.SATISFIABLE),
+    ("Am I a gold member? Do I get free shipping?", None, Result.SATISFIABLE),  # asked, not stated
+    ("Do I get free shipping, given I'm probably a gold member?", None, Result.SATISFIABLE),
+    ("Do I get free shipping?", "Gold. Not 100% sure though.", Result.SATISFIABLE),
+])
+def test_what_a_user_doubts_is_no_premise_on_a_shipped_policy(question, said, result):
+    from awarl.chat.thread import Clarification
+
+    v = Validator(POLICIES / "pricing.yaml")
+    said_list = [Clarification(question="Are you a member?", answer=said)] if said else []
+    check = v.validate(question, said_list, "Yes, you get free shipping.", [])
+    assert aggregate(check.findings) is result
+    assert bool(check.extras.get("hedged")) is (result is Result.SATISFIABLE)
