@@ -306,7 +306,7 @@ def report_markdown(m: dict[str, Any]) -> str:
     lines = [
         f"# awarl demo report ({m['mode']}, seed {m['seed']})", "",
         "GRPO arms that differ only in their reward, trained from one SFT checkpoint and its p_i and evaluated on this "
-        "machine's CPU, on a synthetic world. Held-out questions are about persons never seen in SFT or RL; "
+        "machine, on a synthetic world. Held-out questions are about persons never seen in SFT or RL; "
         f"{m['world']['eval']['unanswerable']} of {m['world']['eval']['questions']} cannot be answered from the "
         "corpus, so abstaining is right there. The SFT warm start saw gold conversations of other persons; on "
         f"{1 - m.get('warm_start_abstain_share', 1.0):.0%} of its unanswerable ones the gold reply guesses from an "
