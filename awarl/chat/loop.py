@@ -148,6 +148,7 @@ class Loop:
         it.premises_text, it.validate_s, it.solver_s, it.given = v.premises, v.seconds, v.solver_seconds, v.given
         it.answer, it.cited, it.namesakes = t.answer, list(t.cited), list(v.extras.get("namesakes", []))
         it.trace_premises, it.recited = list(v.trace), v.recited is not None
+        it.hedged = list(v.extras.get("hedged", []))
         t.note("validated", result=it.result)
         t.state = State.CHECK_QUESTIONS
 
@@ -314,6 +315,10 @@ class Loop:
                 "The agent's own citations did not support it; it is cited with passages its search returned."
                 if it.cited else "The agent's own citations did not support it and were removed; it follows from what "
                 "you said and the policy's rules.")
+        if it.hedged and kind not in ("VALID", "VALID_GIVEN_YOUR_STATEMENT"):
+            warning = ((warning + " ") if warning else "") + (
+                "Not taken as facts, as they qualify what they state: " + " ".join(f"“{h}”" for h in it.hedged)
+                + ". State them plainly to have them used.")
         if exit is Exit.MAX_ITERATIONS_REACHED:
             warning = f"{warning} Best found: {kind}, after {t.rewrites} rewrite(s)."
         checked = [i for i in t.iterations if i.result is not None or i.findings or i.abstained]

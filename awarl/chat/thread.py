@@ -102,6 +102,8 @@ class Iteration:
     """Passages the agent's search returned but it did not cite, whose text the VALID proof needed."""
     recited: bool = False
     """Whether the loop replaced the reply's citations with passages its search returned (`Validation.recited`)."""
+    hedged: list[str] = field(default_factory=list)
+    """The user's statements left out of the premises because they qualify what they state (`Validator._plain`)."""
     generate_s: float = 0.0
     validate_s: float = 0.0
     solver_s: float = 0.0

@@ -200,3 +200,16 @@ def test_what_a_user_doubts_is_no_premise_on_a_shipped_policy(question, said, re
     check = v.validate(question, said_list, "Yes, you get free shipping.", [])
     assert aggregate(check.findings) is result
     assert bool(check.extras.get("hedged")) is (result is Result.SATISFIABLE)
+
+
+def test_the_served_answer_says_which_statements_were_not_taken_as_facts(make_manager, world_dir, world):
+    q = next(q for q in world.questions if q.answerable and q.relation == "lives")
+    city, other = q.chain[0], next(c for c in world.parent if c != q.chain[0])
+    m = make_manager(policy=str(world_dir / "policy.yaml"), policy_name="world", corpus=str(world_dir / "corpus.jsonl"))
+    hedge = f"{q.person} lives in {city} or {other}."
+    t = m.wait(m.submit(f"{hedge} {q.question}", answer=f"<answer>{q.answer}</answer>").id, timeout=60)
+    assert t["badge"] not in ("VALID", "VALID_GIVEN_YOUR_STATEMENT")
+    assert t["iterations"][t["served"]]["hedged"] == [hedge]
+    assert f"Not taken as facts, as they qualify what they state: “{hedge}”" in t["warning"]
+    plain = m.wait(m.submit(f"{q.person} lives in {city}. {q.question}", answer=f"<answer>{q.answer}</answer>").id, timeout=60)
+    assert plain["badge"] == "VALID_GIVEN_YOUR_STATEMENT" and "Not taken as facts" not in (plain["warning"] or "")
