@@ -306,16 +306,16 @@ class Validator:
         if hedge is None:
             return question, list(clarifications), []
         sentences = split_sentences(question)
-        # each sentence's stated part (and what stays without it); a question that only asks is checked whole
-        parts = [(i, stated or (sentence, "")) for i, sentence in enumerate(sentences) for stated in [stated_part(sentence)]]
-        flags = hedge([stated for _, (stated, _) in parts], self.policy,
-                      [stated_part(sentences[i]) is None for i, _ in parts]) if parts else []
+        found = [stated_part(sentence) for sentence in sentences]
+        # each sentence's stated part and what stays without it; a question that only asks is checked whole
+        parts = [stated or (sentence, "") for sentence, stated in zip(sentences, found)]
+        flags = hedge([stated for stated, _ in parts], self.policy, [stated is None for stated in found])
         left_out: list[str] = []
         kept = list(sentences)
-        for (i, (stated, rest)), flag in zip(parts, flags):
+        for i, ((stated, rest), flag) in enumerate(zip(parts, flags)):
             if flag:
                 left_out.append(" ".join(stated.split()))
-                kept[i] = rest  # the question itself stays: "…, which country does she live in?"
+                kept[i] = rest  # a stated clause's question stays: "…, which country does she live in?"
         plain = " ".join(k for k in kept if k) if left_out else question
         answers = []
         for c in clarifications:
