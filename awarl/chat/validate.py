@@ -63,9 +63,10 @@ def premise_text(question: str, clarifications: Sequence[Clarification], evidenc
 _LEAD_CLAUSE_RE = re.compile(r"^(.+?),\s*(?:(?:in|at|on|for|from|to|with|by|of)\s+)?(?:which|what|how|where|who|whom|whose|"
                              r"when|why|can|could|do|does|did|is|are|am|will|would|should|shall|may)\b", re.I | re.S)
 """A question sentence's leading clause, which states rather than asks: "Given that I am a member, what …?"."""
-_TRAIL_CLAUSE_RE = re.compile(r",\s*(?:given(?: that)?|since|as|because|considering(?: that)?|now that|seeing that)\s+"
-                              r"([^?]+?)\s*\?\s*$", re.I)
-"""A question sentence's trailing clause that states: "…, given that I am a member?"."""
+_TRAIL_CLAUSE_RE = re.compile(r"(?:,\s*(?:given(?: that)?|since|as|because|considering(?: that)?|now that|seeing that)|"
+                              r"(?:,\s*|\s+)(?:if|assuming(?: that)?|provided(?: that)?|(?=as\s+an?\s)))\b\s*([^?]+?)\s*\?\s*$", re.I)
+"""A question sentence's trailing clause that states, or sets a condition: "…, given that I am a member?",
+"… if I am a member?", "… as a member?" (a proof that uses it rests on the user's word, and the badge says so)."""
 _CONFIRM_RE = re.compile(r"^\W*(?:is it (?:true|right|correct|the case)|am i right|isn't it true|can you confirm)\b|"
                          r",\s*(?:right|correct|true|no|yes|yeah|ok(?:ay)?|isn't (?:it|that)(?: so| right)?)\s*\?\s*$", re.I)
 """A question that asks to confirm a statement ("Is it true that …?", "…, right?"): it states nothing."""
@@ -81,6 +82,12 @@ def stated_part(sentence: str) -> tuple[str, str] | None:
     ('Given that I am a member', 'what do I get?')
     >>> stated_part("What do I get?") is None
     True
+    >>> stated_part("Do I get free shipping if I am a gold member?")
+    ('I am a gold member', 'Do I get free shipping?')
+    >>> stated_part("Do I get free shipping, assuming I am a gold member?")[0]
+    'I am a gold member'
+    >>> stated_part("Do I get free shipping as a gold member?")[0]
+    'as a gold member'
     """
     if not sentence.rstrip().endswith("?") or _CONFIRM_RE.search(sentence):
         return sentence, ""

@@ -213,3 +213,18 @@ def test_the_served_answer_says_which_statements_were_not_taken_as_facts(make_ma
     assert f"Not taken as facts, as they qualify what they state: “{hedge}”" in t["warning"]
     plain = m.wait(m.submit(f"{q.person} lives in {city}. {q.question}", answer=f"<answer>{q.answer}</answer>").id, timeout=60)
     assert plain["badge"] == "VALID_GIVEN_YOUR_STATEMENT" and "Not taken as facts" not in (plain["warning"] or "")
+
+
+@pytest.mark.parametrize("question, given", [
+    ("Do I get free shipping if I'm a gold member?", "I'm a gold member."),
+    ("Do I get free shipping, assuming I am a gold member?", "I am a gold member."),
+    ("Do I get free shipping as a gold member?", "as a gold member."),
+    ("If I'm a gold member, do I get free shipping?", "If I'm a gold member."),
+])
+def test_a_condition_the_question_sets_is_the_users_statement(question, given):
+    """A proof that uses the question's own condition rests on the user's word: the badge says "given your statement"."""
+    v = Validator(POLICIES / "pricing.yaml")
+    check = v.validate(question, [], "Yes, you get free shipping.", [])
+    assert aggregate(check.findings) is Result.VALID and check.given == [given]
+    hedged = v.validate(question.replace("a gold member", "maybe a gold member"), [], "Yes, you get free shipping.", [])
+    assert aggregate(hedged.findings) is Result.SATISFIABLE and hedged.extras["hedged"]
