@@ -26,7 +26,9 @@ def serve(
     host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1: this machine only)."),
     port: Optional[int] = typer.Option(None, "--port", help="Port (default 8080)."),
     db: Optional[str] = typer.Option(None, "--db", help="SQLite file of threads, reviews and the audit head."),
-    audit: Optional[str] = typer.Option(None, "--audit", help="Audit log (JSON lines)."),
+    audit: Optional[str] = typer.Option(None, "--audit", help="Audit log (JSON lines); default: the config's, or with "
+                                        "--db and no --config, one log per database: audit.jsonl beside a chat.sqlite, "
+                                        "NAME.audit.jsonl beside NAME.sqlite."),
     generator: Optional[str] = typer.Option(None, "--generator", help="Backend spec to serve (hf:PATH, vllm:PATH, openai:URL#MODEL)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Threads processed at once."),
     admin_token: Optional[str] = typer.Option(None, "--admin-token", help="The admin token (default: "
@@ -36,6 +38,8 @@ def serve(
     from awarl.chat.config import ChatConfigError, default_settings, load_chat_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if db and not audit and not config:  # a new database gets its own log, not the default one another server keeps
+        audit = audit_beside(Path(db))
     overrides = {"host": host, "port": port, "db": db, "audit": audit, "generator": generator, "workers": workers,
                  "admin_token": admin_token}
     try:
@@ -89,13 +93,24 @@ def _lint_policy(path: str) -> None:
              f"(rules {', '.join(conflicts[0].rules)}); `awarl verify lint {path}` lists every issue", 2)
 
 
+def audit_beside(db: Path) -> str:
+    """The audit log that goes with a database, named as the shipped configs name theirs: ``audit.jsonl``
+    beside a ``chat.sqlite``, else ``<name>.audit.jsonl`` beside ``<name>.sqlite`` (`verify` pairs them back).
+
+    >>> audit_beside(Path("runs/chat/chat.sqlite")), audit_beside(Path("/srv/pricing.sqlite"))
+    ('runs/chat/audit.jsonl', '/srv/pricing.audit.jsonl')
+    """
+    return str(db.parent / "audit.jsonl") if db.name == "chat.sqlite" else str(db.with_suffix(".audit.jsonl"))
+
+
 @audit_app.command("verify")
 def verify(
     file: Optional[Path] = typer.Argument(None, help="The audit log (JSON lines) to check (default: the config's `audit`)."),
     config: Optional[Path] = typer.Option(None, "--config", help="The chat config the server ran with: its audit log, "
                                           "database (the chain's head) and key file are used."),
     db: Optional[Path] = typer.Option(None, "--db", help="The chat SQLite file holding the chain's head (default: the "
-                                      "config's `db`; without a config, chat.sqlite beside the log)."),
+                                      "config's `db`; without a config, the one `serve --db` pairs with the log: NAME.sqlite for "
+                                      "NAME.audit.jsonl, chat.sqlite for audit.jsonl)."),
     secret_env: Optional[str] = typer.Option(None, "--secret-env", help="Environment variable with the HMAC key (default: "
                                              "the config's audit_secret_env); else the key file beside the database."),
 ) -> None:
@@ -116,7 +131,8 @@ def verify(
     elif file is None:
         defaults = ChatSettings(policy="-")
         file, db = Path(defaults.audit), db or Path(defaults.db)
-    db = db or file.parent / "chat.sqlite"
+    db = db or (file.with_name(file.name.removesuffix(".audit.jsonl") + ".sqlite") if file.name.endswith(".audit.jsonl")
+                else file.parent / "chat.sqlite")
     if not file.exists():
         fail(f"{file}: file not found", 2)
     head = _audit_head(db, file)

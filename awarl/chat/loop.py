@@ -299,9 +299,9 @@ class Loop:
         if checked_only and kind not in ("INVALID", "NO_TRANSLATIONS", "PARTLY_VALID", None):
             row = KINDS["CHECKED_ONLY"]
             warning = f"{row.summary} The checker found it {kind}."
-        elif kind == "VALID":
-            warning = (None if not it.trace_premises else "Valid with a premise from the agent's search trace that it "
-                       "did not cite: " + " ".join(f"[{i}]" for i in it.trace_premises) + ".")
+        elif kind == "VALID":  # (re-cited, the trace passages are its citations now: said below)
+            warning = (None if not it.trace_premises or it.recited else "Valid with a premise from the agent's search "
+                       "trace that it did not cite: " + " ".join(f"[{i}]" for i in it.trace_premises) + ".")
         elif kind == "VALID_GIVEN_YOUR_STATEMENT":
             warning = "Valid given your statement: " + " ".join(f"“{g}”" for g in it.given) + " (taken as you said it, not checked)."
         elif kind is None:
@@ -312,18 +312,27 @@ class Loop:
                 warning += " Validate-only mode has no agent to rewrite it."
         if kind in ("VALID", "VALID_GIVEN_YOUR_STATEMENT") and it.recited:
             warning = ((warning + " ") if warning else "") + (
-                "The agent's own citations did not support it; it is cited with passages its search returned."
-                if it.cited else "The agent's own citations did not support it and were removed; it follows from what "
+                "The agent's own citations did not support it; it is cited with passages its search returned: "
+                + " ".join(f"[{c['id']}]" for c in it.cited) + "." if it.cited else "The agent's own citations did not support it and were removed; it follows from what "
                 "you said and the policy's rules.")
         if it.hedged and kind not in ("VALID", "VALID_GIVEN_YOUR_STATEMENT"):
             warning = ((warning + " ") if warning else "") + (
                 "Not taken as facts, as they qualify what they state: " + " ".join(f"“{h}”" for h in it.hedged)
                 + ". State them plainly to have them used.")
+        clash = next((i for i in t.iterations if i.result == Result.IMPOSSIBLE.value and i.type != "ask"), None)
+        if clash is not None and kind != "IMPOSSIBLE":
+            # What the user stated and what was cited then cannot both hold: whatever is served, the user hears it.
+            cited = " ".join(f"[{c['id']}]" for c in clash.cited) or "none"
+            warning = ((warning + " ") if warning else "") + (
+                f"When checking an earlier answer, the checker found your question's statements, the policy and the "
+                f"passages cited then ({cited}) contradictory: check what you stated.")
         if exit is Exit.MAX_ITERATIONS_REACHED:
-            warning = f"{warning} Best found: {kind}, after {t.rewrites} rewrite(s)."
-        checked = [i for i in t.iterations if i.result is not None or i.findings or i.abstained]
-        if warning and len(checked) > 1:
-            warning += f" The best of {len(checked)} checked answers is shown (answer {it.index + 1})."
+            attempts = "rewrite(s)" if self.generator is not None and self.generator.decisions else "more attempt(s)"
+            warning = f"{warning} Best found: {kind}, after {t.rewrites} {attempts}."
+        # the answers checked, each once: an "ask" step repeats the answer it asks about
+        checked = [i for i in t.iterations if (i.result is not None or i.findings or i.abstained) and i.type != "ask"]
+        if warning and len(checked) > 1 and it in checked:
+            warning += f" The best of {len(checked)} checked answers is shown (answer {checked.index(it) + 1})."
         t.answer, t.cited, t.served = it.answer, list(it.cited), it.index
         self._complete(t, exit, Badge(row.badge), warning)
 

@@ -585,7 +585,7 @@ KINDS: dict[str, Kind] = {
     "PARTLY_VALID": Kind("PARTLY_VALIDATED", "Partly valid",
                          "Partly validated: some statements were proved, others could not be checked against the policy.",
                          style="PARTLY_VALIDATED"),
-    "INVALID": Kind("INVALID", "Invalid", "Invalid: the policy or the cited passages contradict this answer.",
+    "INVALID": Kind("INVALID", "Invalid", "Invalid: the policy, the cited passages or your own statements contradict this answer.",
                     style="INVALID", rank=4, template="rewrite_invalid", feedback="it contradicts the rules"),
     "IMPOSSIBLE": Kind("IMPOSSIBLE", "Impossible", "The checker found the question's premises contradictory.",
                        style="IMPOSSIBLE", template="rewrite_impossible",

@@ -93,8 +93,13 @@ def test_verify_finds_the_head_from_the_config_and_fails_loudly_without_it(tmp_p
     log.write_text("")  # wiped
     wiped = verify_cli("--config", config)
     assert wiped.exit_code == 1 and "cut off the end" in wiped.output
-    # the file alone: no chat.sqlite beside it, so the end cannot be checked, and verify says so
-    alone = verify_cli(log)
+    # the file alone: its name pairs it with pricing.sqlite, which holds the head
+    paired = verify_cli(log)
+    assert paired.exit_code == 1 and "cut off the end" in paired.output
+    # a log with no database of its name beside it: the end cannot be checked, and verify says so
+    moved = tmp_path / "moved.audit.jsonl"
+    moved.write_text("")
+    alone = verify_cli(moved)
     assert alone.exit_code == 1 and "cannot be checked" in alone.output
     other = tmp_path / "elsewhere.jsonl"
     other.write_text("")
@@ -199,3 +204,14 @@ def test_an_exit_is_audited_once_across_a_crash_before_or_after_its_line(tmp_pat
     assert gen.prompts == []  # never re-run
     assert verify_audit(m.audit.path, m.store.audit_head(m.audit.key), m.audit.secret).ok
     m.close()
+
+
+def test_verify_pairs_a_named_log_with_its_database(tmp_path):
+    """`serve --db NAME.sqlite` keeps NAME.audit.jsonl (`audit_beside`); `verify` finds that database (its
+    head and key) from the log's name alone."""
+    from awarl.chat.cli import audit_beside
+
+    assert audit_beside(tmp_path / "pricing.sqlite") == str(tmp_path / "pricing.audit.jsonl")
+    serve_checks(tmp_path, 2).close()
+    result = verify_cli(tmp_path / "pricing.audit.jsonl")
+    assert result.exit_code == 0 and f"checked against the head in {tmp_path / 'pricing.sqlite'}" in result.output

@@ -228,3 +228,36 @@ def test_a_condition_the_question_sets_is_the_users_statement(question, given):
     assert aggregate(check.findings) is Result.VALID and check.given == [given]
     hedged = v.validate(question.replace("a gold member", "maybe a gold member"), [], "Yes, you get free shipping.", [])
     assert aggregate(hedged.findings) is Result.SATISFIABLE and hedged.extras["hedged"]
+
+
+class _Replies:
+    """An answer-only agent that gives its replies in turn (the last one again when they run out)."""
+
+    name, decisions = "replies", False
+
+    def __init__(self, *texts: str):
+        self.texts, self.calls = list(texts), 0
+
+    def answer(self, question, temperature):
+        from awarl.chat.generate import AgentReply
+
+        self.calls += 1
+        return AgentReply.from_text(self.texts[min(self.calls, len(self.texts)) - 1])
+
+    def rewrite(self, prompt):
+        raise AssertionError("an answer-only agent is never asked to rewrite")
+
+
+def test_a_contradiction_found_on_the_way_is_told_whatever_is_served(make_manager, world_dir, world):
+    """The user's statement contradicts a passage the first answer cited (IMPOSSIBLE); the agent then
+    abstains: the abstention is served, and the warning says what the checker found, once, with the
+    count of answers checked (each answer once)."""
+    q = next(q for q in world.questions if q.answerable and q.relation == "lives")
+    pid = world.fact_passage[(q.person, "lives")]
+    wrong_city = next(c for c in world.parent if c != q.chain[0] and world.parent[c])
+    m = make_manager(_Replies(f"<answer>{q.answer}</answer> [{pid}]", "<answer>not enough information</answer>"),
+                     policy=str(world_dir / "policy.yaml"), policy_name="world", corpus=str(world_dir / "corpus.jsonl"))
+    t = m.wait(m.submit(f"{q.person} lives in {wrong_city}. {q.question}").id, timeout=60)
+    assert t["iterations"][0]["result"] == "IMPOSSIBLE" and t["badge"] == "ABSTAINED"
+    assert f"passages cited then ([{pid}]) contradictory: check what you stated." in t["warning"]
+    assert "The best of 2 checked answers is shown (answer 2)." in t["warning"]

@@ -142,6 +142,8 @@ def test_the_thread_reports_what_a_valid_answer_was_proved_from(make_manager, wo
     t = remembered.wait(remembered.submit(q.question).id, timeout=60)
     assert t["badge"] == "VALID" and t["valid_from"] == "search trace" and t["rewrites"] == 0
     assert t["iterations"][t["served"]]["recited"] and "own citations did not support it" in t["warning"]
+    assert "that it did not cite" not in t["warning"]  # re-cited: the trace passages are its citations now
+    assert f"passages its search returned: [{person_pid}] [{city_pid}]." in t["warning"]
     assert t["iterations"][t["served"]]["cited"] == [_shown(world, person_pid), _shown(world, city_pid)]
     remembered.close()
 
