@@ -318,7 +318,7 @@ class Loop:
         if it.hedged and kind not in ("VALID", "VALID_GIVEN_YOUR_STATEMENT"):
             warning = ((warning + " ") if warning else "") + (
                 "Not taken as facts, as they qualify what they state: " + " ".join(f"“{h}”" for h in it.hedged)
-                + ". State them plainly to have them used.")
+                + "; state them plainly to have them used.")
         clash = next((i for i in t.iterations if i.result == Result.IMPOSSIBLE.value and i.type != "ask"), None)
         if clash is not None and kind != "IMPOSSIBLE":
             # What the user stated and what was cited then cannot both hold: whatever is served, the user hears it.

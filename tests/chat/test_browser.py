@@ -3,7 +3,8 @@ download), against a real server (uvicorn, the loop, Z3, SQLite; only the model'
 scripted). One walk through the page covers: Shift+Enter adds a line and Enter sends; the served
 answer's citations as numbered footnotes with the passage title and text; Proof and Debug opened
 and closed independently; the raw model reply and a TRANSLATION_AMBIGUOUS finding's two readings
-in the debug panel; a clarifying question answered; Save sending only the field changed; a
+in the debug panel; a clarifying question answered; a hedged statement of the user's named in the
+warning and the debug panel; Save sending only the field changed; a
 fabricated citation's warning mark; a review item with its finding, the served answer and a link
 that opens its thread. Screenshots go to ``$AWARL_CHAT_SCREENSHOTS`` (a folder; default the
 test's temp folder): ``chat.png``, ``debug.png``, ``reviews.png``, ``review_thread.png``."""
@@ -44,6 +45,9 @@ class AmbiguousOnce:
 
     def __init__(self):
         self.inner = PatternTranslator()
+
+    def __getattr__(self, name):  # everything else (`about`, `hedged`) as the pattern translator does it
+        return getattr(self.inner, name)
 
     def translate(self, question, answer, policy):
         if "jacket for $80" in question and not AmbiguousOnce.fired:
@@ -200,11 +204,17 @@ def test_the_page_citations_proof_debug_questions_config_and_reviews(server, tmp
             page.click("#cfg-save")
             expect(page.locator("#cfg-status")).to_contain_text("Saved policy, max_iterations")
             assert manager.store.setting("config") == {"max_iterations": 0}  # the world policy is the file's own
-            page.fill("#prompt", other.question)
+            # the user's hedged statement is no premise, and the debug panel says so
+            hedge = f"{other.person} was born in {other.chain[0]} or {q.chain[0]}."
+            page.fill("#prompt", f"{hedge} {other.question}")
             page.press("#prompt", "Enter")
             fourth = page.locator(".msg.bot").nth(3)
             expect_badge(expect, manager, fourth, "INVALID")
             expect(fourth.get_by_test_id("warning")).to_contain_text("after 0 rewrite(s)")
+            expect(fourth.get_by_test_id("warning")).to_contain_text(f"Not taken as facts, as they qualify what they state: “{hedge}”")
+            fourth.get_by_test_id("debug-toggle").click()
+            expect(fourth.get_by_test_id("hedged")).to_contain_text(hedge)
+            fourth.get_by_test_id("debug-toggle").click()
             notes = fourth.get_by_test_id("footnote")
             expect(notes).to_have_count(len(world.supporting(other)) + 1)
             fabricated = notes.filter(has_text=FABRICATED)

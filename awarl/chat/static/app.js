@@ -311,6 +311,11 @@ function debugPanel(t) {
     el("div", {}, "answer: ", el("code", {}, it.answer)),
     it.raw ? el("div", {}, "raw model reply:", el("pre", {class: "raw", "data-testid": "raw-reply"}, it.raw)) : "",
     it.search ? el("div", {class: "small"}, `searches: ${(it.search.queries || []).join(" | ") || "none"} · cited: ${(it.search.citations || []).join(", ") || "none"} · stop: ${it.search.stop_reason}`) : "",
+    it.search && (it.search.returned || []).length ? el("details", {"data-testid": "returned"},
+      el("summary", {}, `passages its search returned (${it.search.returned.length})`),
+      el("ul", {}, ...it.search.returned.map(p => el("li", {class: "small"}, el("code", {}, `[${p.id}]`), ` ${p.title}: ${p.text}`)))) : "",
+    (it.trace_premises || []).length ? el("div", {class: "small"}, "premises from the search trace: " + it.trace_premises.map(i => `[${i}]`).join(" ")) : "",
+    (it.hedged || []).length ? el("div", {class: "small", "data-testid": "hedged"}, "not taken as facts (they qualify what they state): " + it.hedged.map(h => `“${h}”`).join(" ")) : "",
     it.premises_text ? el("details", {}, el("summary", {}, "premise text (question, clarifications, cited passages)"), el("pre", {}, it.premises_text)) : "",
     findingsTable(it.findings),
     el("div", {class: "small"}, `generate ${it.generate_s.toFixed(3)}s · validate ${it.validate_s.toFixed(3)}s`)));
