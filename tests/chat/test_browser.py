@@ -4,7 +4,7 @@ scripted). One walk through the page covers: Shift+Enter adds a line and Enter s
 answer's citations as numbered footnotes with the passage title and text; Proof and Debug opened
 and closed independently; the raw model reply and a TRANSLATION_AMBIGUOUS finding's two readings
 in the debug panel; a clarifying question answered; a hedged statement of the user's named in the
-warning and the debug panel; Save sending only the field changed; a
+warning and the debug panel; the passages a search returned, listed in the debug panel; Save sending only the field changed; a
 fabricated citation's warning mark; a review item with its finding, the served answer and a link
 that opens its thread. Screenshots go to ``$AWARL_CHAT_SCREENSHOTS`` (a folder; default the
 test's temp folder): ``chat.png``, ``debug.png``, ``reviews.png``, ``review_thread.png``."""
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,17 @@ def server(tmp_path, world_dir, world, monkeypatch):
                         lambda path, translator=None, **kw: real(path, translator=translator or AmbiguousOnce(), **kw))
     settings = settings_for(tmp_path, generator="scripted", policy=str(world_dir / "policy.yaml"), policy_name="world",
                             corpus=str(world_dir / "corpus.jsonl"), mode_note="Scripted agent over the test world.")
-    app = create_app(settings, generators={"scripted": ScriptedGenerator(answer, rewrite)})
+    class Searched(ScriptedGenerator):
+        """The scripted agent, whose first answer to ``q`` comes with the passages its search returned."""
+
+        def answer(self, question, temperature):
+            reply = super().answer(question, temperature)
+            if q.question not in question:
+                return reply
+            shown = [{"id": i, "title": world.passage(i).title, "text": world.passage(i).text} for i in world.supporting(q)]
+            return replace(reply, queries=[q.person], retrieved_ids=[p["id"] for p in shown], returned=shown)
+
+    app = create_app(settings, generators={"scripted": Searched(answer, rewrite)})
     with serving(app) as url:
         yield url, q, other, app.state.manager
 
@@ -160,6 +171,11 @@ def test_the_page_citations_proof_debug_questions_config_and_reviews(server, tmp
             expect(iterations.nth(0)).to_contain_text("INVALID")
             expect(iterations.nth(1)).to_contain_text("rewrite_invalid")
             expect(iterations.nth(1).get_by_test_id("raw-reply")).to_contain_text("DECISION: REWRITE")
+            returned = iterations.nth(0).get_by_test_id("returned")  # what the search showed the agent, collapsed
+            expect(returned).to_contain_text(f"passages its search returned ({len(ids)})")
+            returned.locator("summary").click()
+            for pid in ids:
+                expect(returned).to_contain_text(f"[{pid}] {world.passage(pid).title}: {world.passage(pid).text}")
             first.get_by_test_id("debug-toggle").click()
             expect(first.get_by_test_id("debug")).to_have_count(0)
             expect(proof).to_be_visible()
