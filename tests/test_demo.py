@@ -64,6 +64,9 @@ def test_the_quick_demo_writes_everything_meets_its_floors_and_resumes(quick_dem
         for key in ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall", "over_refusal"):
             assert 0.0 <= run[key] <= 1.0
     assert saved["arms"]["awa"]["expected_refusal"] is not None and saved["arms"]["none"]["expected_refusal"] is None
+    by_target = saved["arms"]["awa"]["refusal_by_target"]
+    assert sum(g["n"] for g in by_target.values()) == saved["world"]["eval"]["questions"]
+    assert "### Refusal where the AWA target abstains and where it answers" in (quick_demo_dir / "report/report.md").read_text()
     steps = quick.train["grpo"]["max_steps"]
     assert all(arm["grpo_steps"] == steps and arm["refusal_by_p"] for arm in saved["arms"].values())
     assert saved["capability"]["eval"]["k"] == quick.k and saved["before_rl_refusal_by_p"]
@@ -295,6 +298,20 @@ def test_refusal_by_p_bins_by_value():
             {"p": 1.0, "abstained": False}, {"p": None, "abstained": True}]
     assert refusal_by_p(rows) == [{"p": 0.0, "n": 2, "refusal": 0.5}, {"p": 0.25, "n": 1, "refusal": 0.0},
                                   {"p": 1.0, "n": 1, "refusal": 0.0}]
+
+
+def test_refusal_by_target_splits_answerable_questions_by_what_the_target_asks():
+    from awarl.demo.report import refusal_by_target
+    from awarl.rewards.config import RewardConfig
+
+    rows = [{"p": 0.0, "answerable": False, "outcome": "abstain"}, {"p": 0.0, "answerable": False, "outcome": "wrong"},
+            {"p": 0.1, "answerable": True, "outcome": "abstain"}, {"p": 0.2, "answerable": True, "outcome": "wrong"},
+            {"p": 0.9, "answerable": True, "outcome": "correct"}, {"p": None, "answerable": True, "outcome": "abstain"}]
+    awa = RewardConfig(kind="awa", gamma=0.5, p_clip=0.1)  # refusing is the better bet below p ≈ 0.38
+    assert refusal_by_target(rows, awa) == {
+        "unanswerable": {"n": 2, "refusal": 0.5}, "answerable, refusing the better bet": {"n": 2, "refusal": 0.5},
+        "answerable, answering the better bet": {"n": 1, "refusal": 0.0}}
+    assert refusal_by_target(rows, RewardConfig(kind="none")) is None
 
 
 def test_the_report_says_when_citations_are_recalled_not_read():

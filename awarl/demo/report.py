@@ -73,6 +73,31 @@ def expected_refusal(rows: list[dict[str, Any]], reward: Any, value_correct: flo
     return target_refusal_rate(ps, reward, value_correct, value_wrong)
 
 
+def refusal_by_target(rows: list[dict[str, Any]], reward: Any, value_correct: float | None = None,
+                      value_wrong: float | None = None) -> dict[str, dict[str, Any]] | None:
+    """Refusal of one evaluated run by what an AWA ``reward``'s target asks of each question (the formula of
+    `expected_refusal`, p = the SFT checkpoint's p_i): unanswerable questions, answerable ones where refusing
+    is the better bet, and answerable ones where answering is. Where a run's refusal misses its target, this
+    says on which questions (None for other reward kinds, or rows without p)."""
+    from awarl.rewards.refusal import refusal_preferred
+
+    rows = [r for r in rows if isinstance(r.get("p"), (int, float))]
+    if not rows or reward.kind != "awa":
+        return None
+    prefer = refusal_preferred([float(r["p"]) for r in rows], reward.p_clip, reward.gamma,
+                               reward.r_correct if value_correct is None else value_correct,
+                               reward.r_wrong if value_wrong is None else value_wrong,
+                               reward.attempt_bonus_lambda if reward.attempt_bonus else 0.0)
+    groups: dict[str, list[bool]] = {k: [] for k in TARGET_GROUPS}
+    for r, refuse in zip(rows, prefer.tolist()):
+        key = TARGET_GROUPS[0] if not r.get("answerable", True) else TARGET_GROUPS[1 if refuse else 2]
+        groups[key].append(r.get("outcome") == "abstain")
+    return {k: {"n": len(v), "refusal": sum(v) / len(v) if v else None} for k, v in groups.items()}
+
+
+TARGET_GROUPS = ("unanswerable", "answerable, refusing the better bet", "answerable, answering the better bet")
+
+
 def capability_section(path: Path, world_json: Path | None = None) -> dict[str, Any]:
     """`awarl.capability.summarize` of a p_i file, with what the report shows beside it: K, the mean p
     over answerable questions, the histogram of p by value and, for a world that records ceilings
@@ -131,11 +156,12 @@ def arm_section(demo: Any, name: str, result: dict[str, Any], before_rows: list[
     reward = demo.train_config(arm=name).reward
     rows = outcome_rows(demo.paths.eval / name)
     steps = read_metrics_log(demo.paths.arm(name) / "metrics_log.jsonl")
+    values = (late(steps, "awa/answer_value_correct"), late(steps, "awa/answer_value_wrong"))
     return {"reward": {k: getattr(reward, k) for k in REWARD_KEYS if hasattr(reward, k)},
             "after_rl": run_summary(result, rows),
             # the training target's formula, with what training paid an answer late in the run (citation term included)
-            "expected_refusal": expected_refusal(before_rows, reward, late(steps, "awa/answer_value_correct"),
-                                                 late(steps, "awa/answer_value_wrong")),
+            "expected_refusal": expected_refusal(before_rows, reward, *values),
+            "refusal_by_target": refusal_by_target(rows, reward, *values),
             "refusal_by_p": refusal_by_p(rows), "grpo_steps": len(steps), "grpo_last": last_window(steps),
             "steps": steps}
 
@@ -272,6 +298,22 @@ def _refusal_by_p_table(m: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _refusal_by_target_lines(m: dict[str, Any]) -> list[str]:
+    """Each AWA arm's held-out refusal where its target asks for an abstention and where it asks for an answer."""
+    arms = {n: a["refusal_by_target"] for n, a in m["arms"].items() if a.get("refusal_by_target")}
+    if not arms:
+        return []
+    cell = (lambda g: "–" if g["refusal"] is None else f"{g['refusal']:.2f} (n={g['n']})")
+    return ["### Refusal where the AWA target abstains and where it answers", "",
+            "Held-out refusal of each AWA arm by what its target asks of the question (p = the SFT checkpoint's p_i; "
+            "the formula of the expected refusal). The refusal gap of the quality checks is the arm's refusal against "
+            "that target; this says on which questions they differ.", "",
+            "| arm | " + " | ".join(TARGET_GROUPS) + " | refusal | target |", "|---" * (len(TARGET_GROUPS) + 3) + "|",
+            *(f"| {n} | " + " | ".join(cell(g[k]) for k in TARGET_GROUPS)
+              + f" | {m['arms'][n]['after_rl']['refusal_rate']:.2f} | {m['arms'][n]['expected_refusal']:.2f} |"
+              for n, g in arms.items()), ""]
+
+
 def _capability_table(cap: dict[str, dict[str, Any]]) -> list[str]:
     return [
         "| split | questions | mean p | mean p (answerable) | unparsable rollouts | p histogram (value: count) |",
@@ -317,7 +359,7 @@ def report_markdown(m: dict[str, Any]) -> str:
         "the better bet under its reward, from the SFT checkpoint's p_i. What each column means:", "",
         *(f"- **{k}**: {v}" for k, v in COLUMNS.items()), "",
         "### Refusal by p_i (held-out questions, binned by the SFT checkpoint's p_i value)", "",
-        *_refusal_by_p_table(m),
+        *_refusal_by_p_table(m), *_refusal_by_target_lines(m),
         "## Capability p_i of the SFT checkpoint", "",
         f"K = {m['capability']['rl']['k']} sampled rollouts per question at temperature "
         f"{m['capability']['rl'].get('temperature', 1.0):g} (GRPO's), same rollout settings as training and evaluation.", "",
