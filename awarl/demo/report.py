@@ -141,7 +141,8 @@ def quality_checks(demo: Any, before: dict[str, Any], arms: dict[str, dict[str, 
                                                "expected": expected}
     for name, check in checks.items():
         if not check["passed"]:
-            demo.warn(f"quality floor missed: {name} = {check['value']:.3f} (floor {check['floor']}); see report.md")
+            where = ", \"Refusal where the AWA target abstains and where it answers\"" if name.startswith("refusal_gap") else ""
+            demo.warn(f"quality floor missed: {name} = {check['value']:.3f} (floor {check['floor']}); see report.md{where}")
     return checks
 
 
