@@ -311,19 +311,20 @@ class Loop:
             if checked_only and kind == "INVALID":
                 warning += " Validate-only mode has no agent to rewrite it."
         if kind in ("VALID", "VALID_GIVEN_YOUR_STATEMENT") and it.recited:
-            warning = ((warning + " ") if warning else "") + (
+            warning = _then(warning, (
                 "The agent's own citations did not support it; it is cited with passages its search returned: "
-                + " ".join(f"[{c['id']}]" for c in it.cited) + "." if it.cited else "The agent's own citations did not support it and were removed; it follows from what "
-                "you said and the policy's rules.")
+                + " ".join(f"[{c['id']}]" for c in it.cited) + ".") if it.cited else (
+                "The agent's own citations did not support it and were removed; it follows from what you said and "
+                "the policy's rules."))
         if it.hedged and kind not in ("VALID", "VALID_GIVEN_YOUR_STATEMENT"):
-            warning = ((warning + " ") if warning else "") + (
+            warning = _then(warning,
                 "Not taken as facts, as they qualify what they state: " + " ".join(f"“{h}”" for h in it.hedged)
                 + "; state them plainly to have them used.")
         clash = next((i for i in t.iterations if i.result == Result.IMPOSSIBLE.value and i.type != "ask"), None)
         if clash is not None and kind != "IMPOSSIBLE":
             # What the user stated and what was cited then cannot both hold: whatever is served, the user hears it.
             cited = " ".join(f"[{c['id']}]" for c in clash.cited) or "none"
-            warning = ((warning + " ") if warning else "") + (
+            warning = _then(warning,
                 f"When checking an earlier answer, the checker found your question's statements, the policy and the "
                 f"passages cited then ({cited}) contradictory: check what you stated.")
         if exit is Exit.MAX_ITERATIONS_REACHED:
@@ -352,6 +353,11 @@ class Loop:
         t.exit, t.badge, t.error = Exit.ERROR, Badge.ERROR, message
         t.state, t.status = State.ERROR, Status.ERROR
         t.note("error", message=message)
+
+
+def _then(warning: str | None, more: str) -> str:
+    """A warning with one more sentence."""
+    return f"{warning} {more}" if warning else more
 
 
 def _restated(t: Thread, c: Clarification) -> Clarification:

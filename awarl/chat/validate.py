@@ -33,7 +33,7 @@ from awarl.verify.citations import Correction, CitationGate, LexicalJudge, check
 from awarl.verify.findings import Ambiguity, Finding, Result, Statement, Translation, aggregate
 from awarl.verify.policy import Policy, load_policy
 from awarl.verify.reasoner import Reasoner, check
-from awarl.verify.translate import split_sentences
+from awarl.verify.translate import QUESTION_WORDS, split_sentences
 
 _TAGS_RE = re.compile(r"</?answer>", re.I)
 _CITE_RE = re.compile(r"\s*\[[A-Za-z0-9][A-Za-z0-9_\-.:#]{0,63}\]")
@@ -60,8 +60,8 @@ def premise_text(question: str, clarifications: Sequence[Clarification], evidenc
     return "\n".join(p for p in parts if p)
 
 
-_LEAD_CLAUSE_RE = re.compile(r"^(.+?),\s*(?:(?:in|at|on|for|from|to|with|by|of)\s+)?(?:which|what|how|where|who|whom|whose|"
-                             r"when|why|can|could|do|does|did|is|are|am|will|would|should|shall|may)\b", re.I | re.S)
+_LEAD_CLAUSE_RE = re.compile(r"^(.+?),\s*(?:" + QUESTION_WORDS + r"|can|could|do|does|did|is|are|am|will|would|should|shall|may)\b",
+                             re.I | re.S)
 """A question sentence's leading clause, which states rather than asks: "Given that I am a member, what …?"."""
 _TRAIL_CLAUSE_RE = re.compile(r"(?:,\s*(?:given(?: that)?|since|as|because|considering(?: that)?|now that|seeing that)|"
                               r"(?:,\s*|\s+)(?:if|assuming(?: that)?|provided(?: that)?|(?=as\s+an?\s)))\b\s*([^?]+?)\s*\?\s*$", re.I)
@@ -211,6 +211,11 @@ class Corrections:
         return "\n".join([CORRECTIONS_HEADER, *lines]) if lines else ""
 
 
+def _noted(findings: Sequence[Finding], note: str) -> list[Finding]:
+    """The findings with ``note`` added to each one's detail (how a check says what it rested on)."""
+    return [replace(f, detail=f"{f.detail}; {note}" if f.detail else note) for f in findings]
+
+
 def _quote(text: str) -> str:
     """One JSON string: quotes, newlines and control characters escaped, so quoted data stays one line."""
     return json.dumps(" ".join(str(text).split()), ensure_ascii=False)
@@ -289,14 +294,13 @@ class Validator:
                         if _CITE_RE.search(recited) else
                         f"citations removed: they do not support it (it cited {cited_before}), and the user's statements "
                         "and the policy's rules prove it without them")
-                findings = [replace(f, detail=f"{f.detail}; {note}" if f.detail else note) for f in findings]
+                findings = _noted(findings, note)
             findings += cites
         else:  # no corpus: citations cannot be checked, known errors still can
             findings += [Finding(Result.INVALID, citation=i, detail=f"citation: {i.kind}") for i in check_corrections(answer, corrections)]
         if hedged:
             note = "not taken as a premise, as it qualifies what it states: " + " ".join(f"“{h}”" for h in hedged)
-            findings = [replace(f, detail=f"{f.detail}; {note}" if f.detail else note) if f.citation is None else f
-                        for f in findings]
+            findings = [f if f.citation is not None else _noted([f], note)[0] for f in findings]
         extras: dict[str, Any] = {"namesakes": namesakes} if namesakes else {}
         if hedged:
             extras["hedged"] = hedged
@@ -415,7 +419,7 @@ class Validator:
             if rest and (fewer := proof(rest)) is not None:
                 used, best = rest, fewer
         note = "premise from search trace, not cited: " + " ".join(f"[{p['id']}]" for p in used)
-        return [replace(f, detail=f"{f.detail}; {note}" if f.detail else note) for f in best], used
+        return _noted(best, note), used
 
     def _unambiguous(self, evidence: Sequence[Mapping[str, str]]) -> tuple[list[Mapping[str, str]], list[dict[str, Any]]]:
         """The cited passages that may be premises, and the namesakes that kept the others out.

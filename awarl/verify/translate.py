@@ -277,7 +277,9 @@ _STATED_HEDGE_RE = re.compile(
 lost state, an approximation, or a request for confirmation ("…, right?")."""
 _ALTERNATIVE_RE = re.compile(r"^\W*(?:or|either|nor)\b", re.I)
 """A sentence that offers another option for the one before it ("… in Goriv. Or Kegez.")."""
-_WH_RE = re.compile(r"^\W*(?:(?:in|at|on|for|from|to|with|by|of)\s+)?(?:which|what|how|where|who|whom|whose|when|why)\b", re.I)
+QUESTION_WORDS = r"(?:(?:in|at|on|for|from|to|with|by|of)\s+)?(?:which|what|how|where|who|whom|whose|when|why)"
+"""A wh-question's opening (a preposition may come first: "In which country …"), shared with the chat's validator."""
+_WH_RE = re.compile(r"^\W*" + QUESTION_WORDS + r"\b", re.I)
 _ANSWER_PARTICLE_RE = re.compile(r"^\W*(?:yes|no)\b\W", re.I)
 """A leading "Yes," or "No," answers a yes/no question; it does not qualify the rest."""
 
