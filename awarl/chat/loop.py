@@ -132,6 +132,14 @@ class Loop:
     def _validate(self, t: Thread) -> None:
         it = t.last
         assert it is not None
+        if it.type == "revalidate" and _answered_after_abstaining(t):
+            # An abstention has nothing to check: the user's answers go to the agent instead.
+            if any(c.answer and not c.skipped for c in t.clarifications):
+                t.note("the user answered after an abstention; the agent is asked again")
+                t.state = State.REWRITING_LOOP
+            else:
+                self._serve_best(t)
+            return
         sink = self.review_sink(t.id)
         clarifications = [_restated(t, c) for c in t.clarifications]
         returned = _returned(t)
@@ -200,7 +208,9 @@ class Loop:
                 t.state = State.CHECK_QUESTIONS
                 return
         if not self.generator.decisions or top is None:
-            feedback = self.prompts.resample_feedback(top, policy) if self.settings.resample_feedback else ""
+            # after an abstention the user's answers are what is new: there is no rejected answer to tell of
+            told = prev.type == "revalidate" and _answered_after_abstaining(t)
+            feedback = self.prompts.resample_feedback(top, policy) if self.settings.resample_feedback and not told else ""
             question = self.prompts.agent_question(t.prompt, t.clarifications, corrections, feedback)
             reply = self._ask(question, self.settings.temperature)
             t.iterations.append(Iteration(index=index, type="resample", prompt=question, answer=reply.text, raw=reply.text,
@@ -276,9 +286,31 @@ class Loop:
         self._set_answer(t, it.answer, reply.citations)
         if reply.abstained:
             it.abstained, it.cited = True, list(t.cited)
-            self._serve_best(t)  # an abstention ends the thread; an earlier SATISFIABLE answer is still served first
+            if not self._ask_which(t, it):
+                self._serve_best(t)  # an abstention ends the thread; an earlier SATISFIABLE answer is still served first
         else:
             t.state = State.VALIDATE
+
+    def _ask_which(self, t: Thread, it: Iteration) -> bool:
+        """After an abstention on a question whose person has namesakes the corpus tells apart only by
+        the fact the answer turns on, ask the user which one is meant (once per thread, while attempts
+        remain); the agent is then asked again with the answer (`_validate`). False: nothing to ask."""
+        if (self.generator is None or t.question_rounds >= self.settings.max_question_rounds
+                or t.rewrites >= t.max_iterations):
+            return False
+        namesakes = self.validator.open_namesakes(t.prompt)
+        asked = loop_questions([], self.validator.policy, namesakes)[: self.settings.max_questions]
+        if not asked:
+            return False
+        it.namesakes = namesakes
+        t.iterations.append(Iteration(index=len(t.iterations), type="ask", prompt="", answer=t.answer,
+                                      template="loop_question", cited=list(it.cited)))
+        t.pending_questions = [q for q, _ in asked]
+        t.question_options.update({q: options for q, options in asked if options})
+        t.question_rounds += 1
+        t.note("the agent abstained; asking which namesake is meant", questions=len(asked))
+        t.state = State.CHECK_QUESTIONS
+        return True
 
     def _serve_best(self, t: Thread) -> None:
         """Serve the best answer the thread produced (`serve_rank`), never a worse one after a better."""
@@ -410,6 +442,12 @@ def _returned(t: Thread) -> list[dict[str, str]]:
     iteration with this answer that has a search trace (a DECISION rewrite has none)."""
     it = next((i for i in reversed(t.iterations) if i.answer == t.answer and i.search), None)
     return list((it.search or {}).get("returned") or []) if it is not None else []
+
+
+def _answered_after_abstaining(t: Thread) -> bool:
+    """Whether the thread's current answer, the one the user's answers came after, is an abstention."""
+    it = next((i for i in reversed(t.iterations) if i.type not in ("ask", "revalidate")), None)
+    return it is not None and it.abstained and it.answer == t.answer
 
 
 def _last_checked(t: Thread) -> Iteration | None:

@@ -74,8 +74,10 @@ class Iteration:
     """One answer the thread produced and what the checks said about it.
 
     ``type`` is ``given`` (validate-only), ``initial`` (the agent's first answer), ``rewrite`` (a
-    DECISION turn), ``resample`` (the agent re-asked with the finding as feedback) or
-    ``revalidate`` (the same answer checked again after clarifications).
+    DECISION turn), ``resample`` (the agent re-asked with the finding as feedback), ``ask`` (the loop
+    asked the user about the answer before it, or which namesake is meant after an abstention) or
+    ``revalidate`` (the same answer checked again after clarifications; after an abstention, the
+    agent is asked again instead).
     """
 
     index: int
@@ -92,7 +94,8 @@ class Iteration:
     cited: list[dict[str, str]] = field(default_factory=list)
     """The passages this answer cited that exist in the corpus (what it was checked against)."""
     namesakes: list[dict[str, Any]] = field(default_factory=list)
-    """Cited passages kept out of the premises because their name means several entities (`Validator`)."""
+    """Cited passages kept out of the premises because their name means several entities, or (on an
+    abstention) the namesakes the question leaves open (`Validator`)."""
     abstained: bool = False
     """The agent declined to answer (an abstention is served before an unvalidated guess)."""
     premises_text: str = ""

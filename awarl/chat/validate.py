@@ -458,19 +458,59 @@ class Validator:
         if self.corpus is None or about is None:
             return []
         wanted = set(differing_variables(findings, self.policy))
-        text = " ".join(question.split())
         out: list[dict[str, Any]] = []
         for subject in sorted(subjects):
-            at = text.casefold().find(subject)
-            name = text[at : at + len(subject)] if at >= 0 else subject
             rivals = {var: values for var, values in self._rivals(subject, about).items() if len(values) > 1}
             linked = [v for v in rivals if self._linked().get(v, set()) & wanted]
             chosen = [v for v in rivals if v in wanted] or linked or list(rivals)
-            for var, values in rivals.items():
-                if var in chosen:
-                    out.append({"passage": None, "variable": var, "subject": subject, "name": name,
-                                "phrase": self._phrases.get((subject, var), ""), "values": sorted(map(str, values))})
+            out += [self._namesake(question, subject, var, values) for var, values in rivals.items() if var in chosen]
         return out
+
+    def open_namesakes(self, question: str) -> list[dict[str, Any]]:
+        """Namesakes the question itself leaves open, before any answer is checked: for each person it
+        names, each variable the corpus gives that name several values of and whose value, with the
+        question's own premises, settles what the policy's claim must be (for "Which country was Talo
+        Nast born in?", where each Talo Nast was born, not where each lives). An abstaining agent's
+        thread asks the user which one is meant (`loop_questions`) and then asks the agent again."""
+        about = getattr(self.translator.inner, "about", None)
+        if self.corpus is None or about is None:
+            return []
+        plain, _, _ = self._plain(question, [])
+        out: list[dict[str, Any]] = []
+        for subject in sorted(self._subjects(plain)):
+            for var, values in self._rivals(subject, about).items():
+                entry = self._namesake(plain, subject, var, values)
+                if len(values) > 1 and entry["phrase"] and self._settles(
+                        plain, f"{entry['name']} {entry['phrase']} {entry['values'][0]}."):
+                    out.append(entry)
+        return out
+
+    def _namesake(self, question: str, subject: str, var: str, values: set[Any]) -> dict[str, Any]:
+        """What `loop_questions` needs to ask which ``subject`` is meant: the name as the question writes
+        it, the words between name and value ("was born in") and the values the corpus gives ``var``."""
+        text = " ".join(question.split())
+        at = text.casefold().find(subject)
+        name = text[at : at + len(subject)] if at >= 0 else subject
+        return {"passage": None, "variable": var, "subject": subject, "name": name,
+                "phrase": self._phrases.get((subject, var), ""), "values": sorted(map(str, values))}
+
+    def _settles(self, question: str, statement: str) -> bool:
+        """Whether ``statement`` with the question's premises and the policy's rules proves one value of
+        a claim variable (of a bool or custom type; a number is never settled this way)."""
+        premises = _premises_of(self.translator.inner.translate(f"{question}\n{statement}", "", self.policy))
+        if not premises:
+            return False
+        for var in self.policy.variables:
+            if var.role != "claim":
+                continue
+            kind = self.policy.kind(var.name)
+            values: Sequence[Any] = ((True, False) if kind == "bool" else
+                                     [v.value for t in self.policy.types if t.name == kind for v in t.values])
+            for value in values:
+                item = Translation(premises=premises, claims=[Statement(self.policy.assignment(var.name, value))])
+                if self.reasoner.check(item).result is Result.VALID:
+                    return True
+        return False
 
     def _linked(self) -> dict[str, set[str]]:
         """Each variable → the variables it shares a rule with (computed once per validator)."""

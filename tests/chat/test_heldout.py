@@ -105,6 +105,52 @@ def test_an_agent_citing_only_the_city_is_asked_which_namesake_is_meant(world_v2
     assert row.wrong_valid == row.right_to_wrong == row.errors == 0
 
 
+def test_an_agent_that_abstains_on_a_namesake_is_asked_again_once_the_user_says_which(world_v2, tmp_path):
+    """The trained agent abstains on many namesake questions (it cannot tell the persons apart). The loop
+    then asks which person is meant, asking only about the fact the question turns on ("born in" for a
+    birth question), and asks the agent again with the user's answer; the right answer is then VALID
+    given the user's statement, and an agent that abstains again is served its abstention."""
+    world, files = world_v2
+    prompts: list[str] = []
+
+    persons = {p.key or p.name: p for p in world.persons}
+
+    def abstains_until_told(prompt: str, n: int) -> str:
+        prompts.append(prompt)
+        question, _, told = prompt.partition("\n")
+        # the namesake the user's answer names (they share the question's words)
+        q = next((q for q in world.questions if q.question == question.strip() and q.answerable
+                  and told.rstrip().endswith(f"A: {getattr(persons[q.who], q.relation)}")), None)
+        return f"<answer>{q.answer}</answer>" if q is not None else f"<answer>{ABSTAIN_PHRASE}</answer>"
+
+    settings = ChatSettings(policy=str(files["policy"]), policy_name="world", corpus=str(files["corpus"]),
+                            generator="scripted", db=str(tmp_path / "chat.sqlite"), audit=str(tmp_path / "audit.jsonl"),
+                            backoff_s=0.01, workers=4)
+    names = [p.name for p in world.persons]
+    questions = [q for q in world.split("eval") if names.count(q.person) > 1 or not q.answerable]
+    assert any(q.answerable for q in questions) and any(not q.answerable for q in questions)
+    outcomes = run_heldout(settings, world, questions, poll_s=0.02,
+                           generators={"scripted": ScriptedGenerator(abstains_until_told)})
+    rows = {r.group: r for r in HeldoutTable(outcomes).rows}
+    namesakes = rows[GROUPS[1]]
+    assert namesakes.right_first == 0 and namesakes.asked == namesakes.answered == namesakes.questions
+    # the user's answer names the city of the question's own relation, so whichever namesake the corpus
+    # ranks first, the answer the agent then gives is proved from it
+    assert all(o.badge == "VALID_GIVEN_YOUR_STATEMENT" and o.served_right for o in outcomes if o.group == GROUPS[1])
+    for group in GROUPS[2:]:  # an unanswerable question stays safe whatever the user says
+        assert rows[group].safe_unanswerable == rows[group].questions
+    verbs = {"born": "was born in", "lives": "lives in"}
+    for q in questions:
+        if not q.answerable:
+            continue
+        told = [p for p in prompts if q.question in p and "\n" in p]
+        assert told and all(verbs[q.relation] in p for p in told), told
+        assert not any("rejected" in p for p in told), told  # an abstention is no rejected answer
+        other = verbs["lives" if q.relation == "born" else "born"]
+        assert not any(other in p for p in told), told  # the other fact settles nothing: not asked
+    assert HeldoutTable(outcomes).misses() == []
+
+
 def test_the_scripted_user_names_only_its_own_persons_option(world_v2):
     world, _ = world_v2
     names = [p.name for p in world.persons]
