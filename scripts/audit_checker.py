@@ -40,7 +40,8 @@ from awarl.verify.findings import Result, aggregate  # noqa: E402
 HEDGES = ("{right} or {wrong}", "{wrong} or {right}", "either {right} or {wrong}", "{right}, {wrong}", "It is not {right}.",
           "{right} is wrong; it is {wrong}", "{right} is not right.", "{right}? No, {wrong}", "not {right} but {wrong}",
           "It isn't {wrong}, it's {right} or {wrong}.", "I do not think that it is {right}.", "It is not, in fact, {right}.",
-          "probably {right}", "Anything but {right}.", "{right} rather than {wrong}", "I doubt it is {right}.")
+          "probably {right}", "Anything but {right}.", "{right} rather than {wrong}", "I doubt it is {right}.",
+          "{right} enough information", "{right}, not enough information")
 """Answers that name the right country and are not it (`exact_match` scores each wrong)."""
 
 

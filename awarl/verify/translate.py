@@ -258,8 +258,11 @@ _QUALIFIER_RE = re.compile(
     r"besides|instead|rather|unlike|other than|anything but|all but|doubt\w*|unlikely|unsure|uncertain|maybe|perhaps|"
     r"possibl[ey]|probabl[ey]|likely|might|may|could|guess\w*|think|believe|suppose\w*|seems?|apparently|"
     r"allegedly|supposedly|wrong|incorrect|false|untrue|mistaken|impossible|ruled out|nope|or|either|whether|"
-    r"unless)\b|n't\b|[?/]", re.I)
-"""Words that qualify what an answer sentence says: negation, exception, doubt, hedging, alternatives."""
+    r"unless|unknown|unclear|undetermined|insufficient|(?:enough|sufficient) (?:information|evidence)|"
+    r"unable to (?:say|tell|determine|find|answer))\b|n't\b|[?/]", re.I)
+"""Words that qualify what an answer sentence says: negation, exception, doubt, hedging, alternatives, and
+words of not knowing (a small model's reply that runs an answer into its refusal phrase, "Ruvia enough
+information", says neither)."""
 _DOUBT_RE = re.compile(
     r"\b(?:maybe|perhaps|probabl[ey]|possibl[ey]|presumabl[ey]|supposedly|allegedly|apparently|i doubt|"
     r"i (?:think|thought|believe|guess|suppose|reckon|assume|heard|hope)|i'?m (?:thinking|guessing|hoping|assuming)|"

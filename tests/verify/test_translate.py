@@ -306,5 +306,6 @@ def test_an_answer_that_qualifies_its_claim_is_never_read_as_the_claim(tmp_path)
                    "maybe {R}", "Anything but {R}.", "Anywhere except {R}.", "Other than {R}, I have no idea.",
                    "I doubt it is {R}.", "{R} is ruled out.", "{R}: no.", "It isn't {W}, it's {R} or {W}.",
                    "{R} rather than {W}", "{R}, unless it is {W}", "{R}?", "I am not sure it is {R}.", "{R} or {W}",
-                   "either {R} or {W}", "{R}/{W}"):
+                   "either {R} or {W}", "{R}/{W}", "{R} enough information", "{R}, not enough information",
+                   "{R} (unknown)", "It is unclear; {R}", "Insufficient evidence: {R}", "I am unable to tell; {R}"):
         assert claims(unread) == [], unread
