@@ -134,7 +134,7 @@ class Loop:
         assert it is not None
         if it.type == "revalidate" and _answered_after_abstaining(t):
             # An abstention has nothing to check: the user's answers go to the agent instead.
-            if any(c.answer and not c.skipped for c in t.clarifications):
+            if any(c.answer and not c.skipped for c in _this_round(t)):
                 t.note("the user answered after an abstention; the agent is asked again")
                 t.state = State.REWRITING_LOOP
             else:
@@ -200,7 +200,8 @@ class Loop:
             asked = loop_questions([f for f in findings if f.citation is None], policy, prev.namesakes)[: self.settings.max_questions]
             if asked:
                 # An answer-only agent cannot write DECISION lines: the loop asks what the scenarios differ on.
-                t.iterations.append(Iteration(index=index, type="ask", prompt="", answer=t.answer, template="loop_question",
+                t.iterations.append(Iteration(index=index, type="ask", prompt="\n".join(q for q, _ in asked),
+                                              answer=t.answer, template="loop_question",
                                               findings=prev.findings, result=prev.result, cited=list(prev.cited)))
                 t.pending_questions = [q for q, _ in asked]
                 t.question_options.update({q: options for q, options in asked if options})
@@ -209,9 +210,12 @@ class Loop:
                 return
         if not self.generator.decisions or top is None:
             # after an abstention the user's answers are what is new: there is no rejected answer to tell of
-            told = prev.type == "revalidate" and _answered_after_abstaining(t)
-            feedback = self.prompts.resample_feedback(top, policy) if self.settings.resample_feedback and not told else ""
-            question = self.prompts.agent_question(t.prompt, t.clarifications, corrections, feedback)
+            after_abstention = prev.type == "revalidate" and _answered_after_abstaining(t)
+            feedback = (self.prompts.resample_feedback(top, policy)
+                        if self.settings.resample_feedback and not after_abstention else "")
+            # the user's replies as the premises they stand for ("Dorin" → "Talo Nast was born in Dorin.")
+            told = [_restated(t, c) for c in t.clarifications]
+            question = self.prompts.agent_question(t.prompt, told, corrections, feedback)
             reply = self._ask(question, self.settings.temperature)
             t.iterations.append(Iteration(index=index, type="resample", prompt=question, answer=reply.text, raw=reply.text,
                                           template="resample_feedback" if feedback else None, search=reply.search(),
@@ -274,6 +278,8 @@ class Loop:
                 t.state = State.REWRITING_LOOP
             elif _last_checked(t) is not None:
                 t.state = State.HANDLE_RESULT  # the last checked answer decides how the thread ends
+            elif any(i.abstained for i in t.iterations):
+                self._serve_best(t)  # asked again after abstaining, it gave nothing: the abstention stands
             else:
                 self._complete(t, Exit.MAX_ITERATIONS_REACHED, Badge.NOT_VALIDATED,
                                f"The agent gave no final answer in {t.rewrites + 1} attempt(s).", final="")
@@ -299,12 +305,15 @@ class Loop:
                 or t.rewrites >= t.max_iterations):
             return False
         namesakes = self.validator.open_namesakes(t.prompt)
-        asked = loop_questions([], self.validator.policy, namesakes)[: self.settings.max_questions]
+        settled = {c.question for c in t.clarifications if c.answer and not c.skipped}
+        asked = [(q, o) for q, o in loop_questions([], self.validator.policy, namesakes)
+                 if q not in settled][: self.settings.max_questions]
         if not asked:
             return False
         it.namesakes = namesakes
-        t.iterations.append(Iteration(index=len(t.iterations), type="ask", prompt="", answer=t.answer,
-                                      template="loop_question", cited=list(it.cited)))
+        # the ask step's prompt is what it asked the user, one question per line (`_this_round`)
+        t.iterations.append(Iteration(index=len(t.iterations), type="ask", prompt="\n".join(q for q, _ in asked),
+                                      answer=t.answer, template="loop_question", cited=list(it.cited)))
         t.pending_questions = [q for q, _ in asked]
         t.question_options.update({q: options for q, options in asked if options})
         t.question_rounds += 1
@@ -314,7 +323,7 @@ class Loop:
 
     def _serve_best(self, t: Thread) -> None:
         """Serve the best answer the thread produced (`serve_rank`), never a worse one after a better."""
-        best = min((i for i in t.iterations if i.abstained or i.result is not None or i.findings), key=serve_rank)
+        best = min(_servable(t), key=serve_rank)
         kind = _kind(best)
         if kind == "ABSTAINED":
             exit = Exit.ABSTAINED
@@ -359,11 +368,14 @@ class Loop:
             warning = _then(warning,
                 f"When checking an earlier answer, the checker found your question's statements, the policy and the "
                 f"passages cited then ({cited}) contradictory: check what you stated.")
+        if kind == "ABSTAINED" and any(c.answer and not c.skipped for c in t.clarifications) and any(
+                i.type == "ask" and i.index > 0 and t.iterations[i.index - 1].abstained for i in t.iterations):
+            warning = _then(warning, "Asked again with your answer, it still did not answer.")
         if exit is Exit.MAX_ITERATIONS_REACHED:
             attempts = "rewrite(s)" if self.generator is not None and self.generator.decisions else "more attempt(s)"
             warning = f"{warning} Best found: {kind}, after {t.rewrites} {attempts}."
-        # the answers checked, each once: an "ask" step repeats the answer it asks about
-        checked = [i for i in t.iterations if (i.result is not None or i.findings or i.abstained) and i.type != "ask"]
+        # the answers checked, each once (`_servable`)
+        checked = _servable(t)
         if warning and len(checked) > 1 and it in checked:
             warning += f" The best of {len(checked)} checked answers is shown (answer {checked.index(it) + 1})."
         t.answer, t.cited, t.served = it.answer, list(it.cited), it.index
@@ -437,6 +449,21 @@ def serve_rank(it: Iteration) -> tuple[int, int]:
     return (KINDS[kind].rank if kind else 3, it.index)
 
 
+def _servable(t: Thread) -> list[Iteration]:
+    """The answers a thread may serve: each checked answer as last checked (an answer checked again after
+    the user's answers is judged by that check: "SATISFIABLE" before, INVALID once the user said which
+    person is meant) and each abstention; an ask step only repeats the answer before it."""
+    out = []
+    for k, it in enumerate(t.iterations):
+        if it.type == "ask" or not (it.abstained or it.result is not None or it.findings):
+            continue
+        if any(later.type == "revalidate" and later.answer == it.answer and (later.result is not None or later.findings)
+               for later in t.iterations[k + 1:]):
+            continue
+        out.append(it)
+    return out
+
+
 def _returned(t: Thread) -> list[dict[str, str]]:
     """The passages the search behind the current answer returned to the agent: those of the latest
     iteration with this answer that has a search trace (a DECISION rewrite has none)."""
@@ -448,6 +475,13 @@ def _answered_after_abstaining(t: Thread) -> bool:
     """Whether the thread's current answer, the one the user's answers came after, is an abstention."""
     it = next((i for i in reversed(t.iterations) if i.type not in ("ask", "revalidate")), None)
     return it is not None and it.abstained and it.answer == t.answer
+
+
+def _this_round(t: Thread) -> list[Clarification]:
+    """The clarifications of the latest round the loop asked after an abstention (its ask step's lines)."""
+    ask = next((i for i in reversed(t.iterations) if i.type == "ask"), None)
+    n = len(ask.prompt.splitlines()) if ask is not None else 0
+    return t.clarifications[-n:] if n else []
 
 
 def _last_checked(t: Thread) -> Iteration | None:

@@ -114,13 +114,15 @@ def test_an_agent_that_abstains_on_a_namesake_is_asked_again_once_the_user_says_
     prompts: list[str] = []
 
     persons = {p.key or p.name: p for p in world.persons}
+    verbs = {"born": "was born in", "lives": "lives in"}
 
     def abstains_until_told(prompt: str, n: int) -> str:
         prompts.append(prompt)
         question, _, told = prompt.partition("\n")
-        # the namesake the user's answer names (they share the question's words)
-        q = next((q for q in world.questions if q.question == question.strip() and q.answerable
-                  and told.rstrip().endswith(f"A: {getattr(persons[q.who], q.relation)}")), None)
+        # the namesake the user's answer names (they share the question's words), restated as the premise
+        # it stands for: "A: Nebub" reaches the agent as "A: Cira Drom was born in Nebub."
+        q = next((q for q in world.questions if q.question == question.strip() and q.answerable and told.rstrip()
+                  .endswith(f"A: {q.person} {verbs[q.relation]} {getattr(persons[q.who], q.relation)}.")), None)
         return f"<answer>{q.answer}</answer>" if q is not None else f"<answer>{ABSTAIN_PHRASE}</answer>"
 
     settings = ChatSettings(policy=str(files["policy"]), policy_name="world", corpus=str(files["corpus"]),
@@ -139,7 +141,6 @@ def test_an_agent_that_abstains_on_a_namesake_is_asked_again_once_the_user_says_
     assert all(o.badge == "VALID_GIVEN_YOUR_STATEMENT" and o.served_right for o in outcomes if o.group == GROUPS[1])
     for group in GROUPS[2:]:  # an unanswerable question stays safe whatever the user says
         assert rows[group].safe_unanswerable == rows[group].questions
-    verbs = {"born": "was born in", "lives": "lives in"}
     for q in questions:
         if not q.answerable:
             continue

@@ -371,3 +371,73 @@ def test_a_namesake_is_asked_about_and_the_choice_becomes_a_premise(make_manager
     t = m.wait(tid)
     assert (t["exit"], t["badge"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT"), t["warning"]
     assert f"{q.person} {verb} {q.chain[0]}." in t["iterations"][-1]["premises_text"]
+
+
+@pytest.fixture
+def namesake_world(tmp_path):
+    """A world v2 with namesakes; one answerable question whose person has them, its gold city and another."""
+    from awarl.data.world import WorldConfig, generate_world, write_world
+
+    world = generate_world(WorldConfig(version=2, persons=60, cities=8, countries=4, seed=0))
+    files = write_world(world, tmp_path / "world")
+    names = [p.name for p in world.persons]
+    q = next(q for q in world.questions if q.answerable and names.count(q.person) > 1)
+    other = sorted({getattr(p, q.relation) for p in world.persons if p.name == q.person} - {q.chain[0]})[0]
+    settings = dict(policy=str(files["policy"]), policy_name="world", corpus=str(files["corpus"]))
+    return world, q, other, settings
+
+
+ABSTAIN = "<answer>not enough information</answer>"
+
+
+def test_an_abstention_on_a_namesake_asks_which_one_then_the_agent_again(make_manager, namesake_world):
+    world, q, other, settings = namesake_world
+    right = f"<answer>{q.answer}</answer>"
+    gen = ScriptedGenerator(answers(ABSTAIN, right))
+    m = make_manager(gen, **settings)
+    tid = m.submit(q.question).id
+    t = m.wait(tid)
+    assert t["status"] == "AWAITING_INPUT"
+    [question] = t["pending_questions"]
+    verb = "was born in" if q.relation == "born" else "lives in"
+    assert question.startswith(f"Which {q.person} do you mean — the one who {verb} ")
+    m.answer(tid, [q.chain[0]], skipped=False)
+    t = m.wait(tid)
+    assert (t["exit"], t["badge"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT"), t["warning"]
+    assert [i["type"] for i in t["iterations"]] == ["initial", "ask", "revalidate", "resample"]
+    second = kinds(gen, "answer")[1]  # the user's reply reaches the agent as the premise it stands for
+    assert f"{q.person} {verb} {q.chain[0]}." in second and "rejected" not in second
+
+
+@pytest.mark.parametrize("how", ["skipped", "no answer again", "abstains again"])
+def test_after_asking_an_abstaining_agent_the_abstention_is_served_when_nothing_better_comes(make_manager, namesake_world, how):
+    world, q, other, settings = namesake_world
+    gen = ScriptedGenerator(answers(ABSTAIN, None if how == "no answer again" else ABSTAIN))
+    m = make_manager(gen, max_iterations=1, **settings)
+    tid = m.submit(q.question).id
+    assert m.wait(tid)["status"] == "AWAITING_INPUT"
+    m.answer(tid, [] if how == "skipped" else [q.chain[0]], skipped=how == "skipped")
+    t = m.wait(tid)
+    assert (t["exit"], t["badge"], t["served"], t["final_response"]) == ("ABSTAINED", "ABSTAINED", 0,
+                                                                         "not enough information"), t["warning"]
+    assert len(kinds(gen, "answer")) == (1 if how == "skipped" else 2)
+    assert ("still did not answer" in t["warning"]) == (how != "skipped")
+
+
+def test_an_answer_the_users_reply_makes_invalid_is_not_served_as_it_was_checked_before(make_manager, namesake_world):
+    """The first answer cites only the city (SATISFIABLE: which person is meant?). The user names the
+    other namesake, so the same answer checks INVALID: it is no longer served as "not validated", and
+    the question the user already answered is not asked again in a second round."""
+    world, q, other, settings = namesake_world
+    city_only = f"<answer>{q.answer}</answer> [{world.supporting(q)[-1]}]"
+    gen = ScriptedGenerator(answers(city_only, ABSTAIN))
+    m = make_manager(gen, max_question_rounds=2, **settings)
+    tid = m.submit(q.question).id
+    t = m.wait(tid)
+    assert t["status"] == "AWAITING_INPUT", t["warning"]
+    m.answer(tid, [other], skipped=False)
+    t = m.wait(tid)
+    assert t["status"] == "COMPLETED" and len(t["clarifications"]) == 1  # not asked the same question again
+    assert [(i["type"], i["result"]) for i in t["iterations"][:3]] == [
+        ("initial", "SATISFIABLE"), ("ask", "SATISFIABLE"), ("revalidate", "INVALID")]
+    assert t["badge"] == "ABSTAINED" and t["iterations"][t["served"]]["abstained"], t["warning"]
