@@ -116,6 +116,13 @@ def user_statements(question: str, clarifications: Sequence[Clarification]) -> s
     return "\n".join(parts)
 
 
+def _used_passages(passages: Sequence[Mapping[str, str]], findings: Sequence[Finding]) -> list[Mapping[str, str]]:
+    """The passages a premise of a VALID finding was read from (its words are in the passage's text)."""
+    read = [s.natural_language for f in findings if f.result is Result.VALID and f.translation
+            for s in f.translation.premises if s.natural_language]
+    return [p for p in passages if any(r in " ".join(p.get("text", "").split()) for r in read)]
+
+
 def _premises_of(items: Sequence[Translation | Ambiguity]) -> list[Statement]:
     """The premises a translation of premise text (and no answer) found; of an ambiguous one, those
     every reading agrees on."""
@@ -283,7 +290,8 @@ class Validator:
             gate = CitationGate(corpus=self.corpus, judge=self.judge, corrections=corrections, review_queue=review_sink)
             cites = gate.check(question, answer)
             if aggregate(findings) is Result.VALID and any(f.result is Result.INVALID for f in cites):
-                recited = self._recite(question, clarifications, answer, trace, returned, gate)
+                used = [*_used_passages(bound, findings), *trace]  # the passages the proof rests on
+                recited = self._recite(question, clarifications, answer, used, returned, gate)
                 if recited is None and (uncited := self._uncite(question, clarifications, answer, gate)) is not None:
                     recited, findings, trace = uncited[:2], uncited[2], []
                     premises, given = premise_text(question, clarifications, []), self._given(question, clarifications, findings)
@@ -345,7 +353,8 @@ class Validator:
                 trace: Sequence[Mapping[str, str]], returned: Sequence[Mapping[str, str]],
                 gate: CitationGate) -> tuple[str, list[Finding]] | None:
         """A proved answer whose own citations the gate rejects (a tiny agent writes ids it remembers,
-        not the ones it read), cited instead with the trace passages the proof used and, in the order
+        not the ones it read), cited instead with the passages the proof used (``trace``: cited ones
+        and those of the search trace) and, in the order
         the search returned them, those that bring words of the claim the cited set lacks together with
         a word of the proof's premises (the city the person lives in, not any city of that country).
         Kept only when the gate passes it: the answer text with these citations, and the gate's
@@ -355,7 +364,7 @@ class Validator:
         ids = [str(p["id"]) for p in trace]
         assert self.corpus is not None
         words = set(content_tokens(claim_text(answer)))
-        # the user's answers and the trace passages: the question's own words ("country") name no place
+        # the user's answers and the proof's passages: the question's own words ("country") name no place
         premise_words = set(content_tokens(premise_text("", clarifications, trace))) - words
         have = set().union(*(content_tokens(f"{self.corpus[i].title} {self.corpus[i].text}") for i in ids if i in self.corpus))
         for p in returned:

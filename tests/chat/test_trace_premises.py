@@ -98,6 +98,18 @@ def test_citations_that_do_not_support_a_proved_answer_are_replaced_by_returned_
     assert w.recited is None and aggregate(w.findings) is not Result.VALID
 
 
+def test_an_answer_proved_from_its_cited_persons_passage_is_cited_with_the_citys_too(validator, world, lives_q):
+    """The answer cites the person's passage (so the proof needs no trace) and another person's passage
+    instead of the city's: the gate rejects the pair, and the answer is cited anew with the person's
+    passage and the returned city passage it lacked, not served INVALID (a later "SATISFIABLE" guess
+    would then outrank the right answer)."""
+    q, person_pid, city_pid = lives_q
+    stray = next(p.id for p in world.passages if q.answer not in p.text and q.person not in p.text)
+    v = _check(validator, world, q, q.answer, [stray, person_pid], [person_pid, city_pid])
+    assert aggregate(v.findings) is Result.VALID and v.trace == []
+    assert v.recited == f"<answer>{q.answer}</answer> [{person_pid}] [{city_pid}]"
+
+
 class TraceAgent:
     """An answer-only generator whose replies carry a search trace (the passages it was shown)."""
 
