@@ -213,9 +213,9 @@ class Loop:
             after_abstention = prev.type == "revalidate" and _answered_after_abstaining(t)
             feedback = (self.prompts.resample_feedback(top, policy)
                         if self.settings.resample_feedback and not after_abstention else "")
-            # the user's replies as the premises they stand for ("Dorin" → "Talo Nast was born in Dorin.")
-            told = [_restated(t, c) for c in t.clarifications]
-            question = self.prompts.agent_question(t.prompt, told, corrections, feedback)
+            # the user's replies as typed, after the questions they answer: restated as premises ("Talo Nast
+            # was born in Dorin.") they cost the demo's agent 11-17 of 220 namesake questions (docs/chat.md)
+            question = self.prompts.agent_question(t.prompt, t.clarifications, corrections, feedback)
             reply = self._ask(question, self.settings.temperature)
             t.iterations.append(Iteration(index=index, type="resample", prompt=question, answer=reply.text, raw=reply.text,
                                           template="resample_feedback" if feedback else None, search=reply.search(),

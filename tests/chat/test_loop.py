@@ -405,8 +405,8 @@ def test_an_abstention_on_a_namesake_asks_which_one_then_the_agent_again(make_ma
     t = m.wait(tid)
     assert (t["exit"], t["badge"]) == ("VALID_RESPONSE", "VALID_GIVEN_YOUR_STATEMENT"), t["warning"]
     assert [i["type"] for i in t["iterations"]] == ["initial", "ask", "revalidate", "resample"]
-    second = kinds(gen, "answer")[1]  # the user's reply reaches the agent as the premise it stands for
-    assert f"{q.person} {verb} {q.chain[0]}." in second and "rejected" not in second
+    second = kinds(gen, "answer")[1]  # the question asked and the user's reply reach the agent; no "rejected" answer
+    assert second.startswith(q.question) and f"{question} A: {q.chain[0]}" in second and "rejected" not in second
 
 
 @pytest.mark.parametrize("how", ["skipped", "no answer again", "abstains again"])
