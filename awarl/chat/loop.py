@@ -134,7 +134,7 @@ class Loop:
         assert it is not None
         if it.type == "revalidate" and _answered_after_abstaining(t):
             # An abstention has nothing to check: the user's answers go to the agent instead.
-            if any(c.answer and not c.skipped for c in _this_round(t)):
+            if any(c.answered for c in _this_round(t)):
                 t.note("the user answered after an abstention; the agent is asked again")
                 t.state = State.REWRITING_LOOP
             else:
@@ -305,7 +305,7 @@ class Loop:
                 or t.rewrites >= t.max_iterations):
             return False
         namesakes = self.validator.open_namesakes(t.prompt)
-        settled = {c.question for c in t.clarifications if c.answer and not c.skipped}
+        settled = {c.question for c in t.clarifications if c.answered}
         asked = [(q, o) for q, o in loop_questions([], self.validator.policy, namesakes)
                  if q not in settled][: self.settings.max_questions]
         if not asked:
@@ -368,7 +368,7 @@ class Loop:
             warning = _then(warning,
                 f"When checking an earlier answer, the checker found your question's statements, the policy and the "
                 f"passages cited then ({cited}) contradictory: check what you stated.")
-        if kind == "ABSTAINED" and any(c.answer and not c.skipped for c in t.clarifications) and any(
+        if kind == "ABSTAINED" and any(c.answered for c in t.clarifications) and any(
                 i.type == "ask" and i.index > 0 and t.iterations[i.index - 1].abstained for i in t.iterations):
             warning = _then(warning, "Asked again with your answer, it still did not answer.")
         if exit is Exit.MAX_ITERATIONS_REACHED:

@@ -68,6 +68,11 @@ class Clarification:
     skipped: bool = False
     reason: str = "answered"  # answered | skipped | timeout
 
+    @property
+    def answered(self) -> bool:
+        """The user answered it (not skipped, not timed out, not blank)."""
+        return not self.skipped and bool(self.answer and self.answer.strip())
+
 
 @dataclass
 class Iteration:
