@@ -230,7 +230,9 @@ def test_set_overrides_apply_after_quick_and_reach_the_world(tmp_path):
                                                   ({"originals": False}, "originals: false needs"),
                                                   ({"renamed_copies": 2, "originals": "no"}, "originals must be true"),
                                                   ({"renamed_copies": 2, "rename_ids": "yes"}, "rename_ids must be true"),
-                                                  ({"rename_ids": True}, "rename_ids: true needs")])
+                                                  ({"rename_ids": True}, "rename_ids: true needs"),
+                                                  ({"clarified_share": 2}, "clarified_share must be a number"),
+                                                  ({"clarified_share": "half"}, "clarified_share must be a number")])
 def test_bad_warm_start_names_the_key(tmp_path, warm_start, message):
     from awarl.demo import DemoError
 

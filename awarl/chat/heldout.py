@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.chat.config import ChatSettings, default_settings
-from awarl.data.world_facts import Person, Question, World, record_id
+from awarl.data.world_facts import RELATIONS, VERBS, Person, Question, World, record_id
 from awarl.errors import ConfigError, DataError
 from awarl.protocol import exact_match, extract_answer, is_abstention
 
@@ -182,7 +182,7 @@ def user_reply(q: Question, thread: dict[str, Any], persons: dict[str, Person]) 
     for any other question."""
     person = persons.get(q.who)
     facts = set() if person is None else {
-        _norm(f"{person.name} was born in {person.born}."), _norm(f"{person.name} lives in {person.lives}.")}
+        _norm(f"{person.name} {VERBS[r]} {getattr(person, r)}.") for r in RELATIONS}
     options_of = thread.get("question_options") or {}
     replies: list[str | None] = []
     for text in thread.get("pending_questions") or []:

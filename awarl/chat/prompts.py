@@ -192,6 +192,17 @@ def _scenarios(findings: Sequence[Finding]) -> list[tuple[str, Scenario]]:
     return out
 
 
+def which_one(name: str, phrase: str, values: Sequence[str]) -> str:
+    """The question that asks which of several namesakes is meant, by the value of one of their facts.
+    The demo's warm start trains the agent on it (`awarl.train.tiny.world_trajectories`,
+    ``clarified_share``), so the wording is declared here once.
+
+    >>> which_one("Talo Nast", "was born in", ["Dorin", "Elbo"])
+    'Which Talo Nast do you mean — the one who was born in Dorin, or in Elbo?'
+    """
+    return f"Which {name} do you mean — the one who {phrase} " + ", or in ".join(values) + "?"
+
+
 def loop_questions(findings: Sequence[Finding], policy: Policy,
                    namesakes: Sequence[dict[str, Any]] = ()) -> list[tuple[str, dict[str, str]]]:
     """Clarifying questions the loop asks itself (for an agent that cannot write DECISION lines),
@@ -205,8 +216,7 @@ def loop_questions(findings: Sequence[Finding], policy: Policy,
         values = [str(v) for v in n.get("values", [])]
         if len(values) < 2 or not n.get("phrase"):
             continue
-        question = (f"Which {n['name']} do you mean — the one who {n['phrase']} "
-                    + ", or in ".join(values) + "?")
+        question = which_one(n["name"], n["phrase"], values)
         if question not in [q for q, _ in out]:
             out.append((question, {v: f"{n['name']} {n['phrase']} {v}." for v in values}))
     if out:

@@ -66,6 +66,7 @@ from awarl.data.world_facts import (  # noqa: F401 (re-exported: awarl.data.worl
     RELATIONS,
     SPLITS,
     TEMPLATES,
+    VERBS,
     Person,
     Question,
     World,
@@ -111,8 +112,8 @@ def generate_world(config: WorldConfig = WorldConfig()) -> World:
             fact_passage[fact] = p.id
 
     for p in persons:
-        add(p.name, f"{p.name} was born in {p.born}.", (p.name, "born"))
-        add(p.name, f"{p.name} lives in {p.lives}.", (p.name, "lives"))
+        add(p.name, f"{p.name} {VERBS['born']} {p.born}.", (p.name, "born"))
+        add(p.name, f"{p.name} {VERBS['lives']} {p.lives}.", (p.name, "lives"))
         for text in p.extras:
             add(p.name, text)
     for place, up in parent.items():

@@ -36,6 +36,8 @@ LANDMARKS = ("market", "bridge", "harbor", "tower", "garden", "castle")
 
 PLACE_LEVELS = ("city", "country", "region")
 RELATIONS = ("born", "lives")
+VERBS = {"born": "was born in", "lives": "lives in"}
+"""The words between a person and the city of each relation, as the corpus writes them (\"Talo Nast lives in Dorin.\")."""
 TEMPLATES = {
     "born": ("In which {level} was {p} born?", "Which {level} was {p} born in?"),
     "lives": ("In which {level} does {p} live?", "Which {level} does {p} live in?"),

@@ -42,6 +42,7 @@ from awarl.data.world_facts import (
     RELATIONS,
     SPLITS,
     TEMPLATES,
+    VERBS,
     Person,
     Question,
     World,
@@ -243,8 +244,7 @@ def _people(config: WorldConfig, plans: dict[str, list[dict[str, Any]]], pools: 
                 person = Person(name, born, lives, extras, key)
                 for r, city in (("born", born), ("lives", lives)):
                     if kinds[r] != "near_miss_relation":
-                        verb = "was born in" if r == "born" else "lives in"
-                        corpus.add(name, f"{name} {verb} {city}.", (key or name, r))
+                        corpus.add(name, f"{name} {VERBS[r]} {city}.", (key or name, r))
                 for text in extras:
                     corpus.add(name, text)
                 persons.append(person)
@@ -351,8 +351,7 @@ def gold_conversation_v2(world: World, q: Question, search: Callable[[str], str]
         return result
 
     result = call(gold_queries(q, first)[0])
-    verb = "was born in" if q.relation == "born" else "lives in"
-    fact = re.compile(rf"{re.escape(q.person)} {verb} (\w+)\.")
+    fact = re.compile(rf"{re.escape(q.person)} {VERBS[q.relation]} (\w+)\.")
     shown = [(pid, m.group(1)) for pid, _, text in parse_results(result) if (m := fact.fullmatch(text))]
     person_pid = None
     link = None
@@ -376,4 +375,40 @@ def gold_conversation_v2(world: World, q: Question, search: Callable[[str], str]
     return messages
 
 
-__all__ = ["DEAD_CITY_LOAD", "city_names", "generate_world_v2", "gold_conversation_v2"]
+def namesake_cities(world: World, q: Question) -> list[str]:
+    """The cities the corpus gives, for ``q``'s relation, to the persons named as ``q``'s person is, one each
+    and sorted (what the chatbot asks the user to choose from: `awarl.chat.prompts.which_one`); fewer than
+    two when the name is not shared or the namesakes' facts name one city."""
+    cities = {getattr(p, q.relation) for p in world.persons
+              if p.name == q.person and (p.key or p.name, q.relation) in world.fact_passage}
+    return sorted(cities)
+
+
+def clarified_conversation_v2(world: World, q: Question, search: Callable[[str], str], user: str,
+                              system_prompt: str | None = None) -> list[dict]:
+    """What the best reader does when the user has already said which namesake is meant: ``user`` is the
+    question with the user's reply (`awarl.chat.prompts.Prompts.agent_question`, as the chatbot asks the
+    agent again), which names the city of ``q``'s relation. So the person's search is not needed: search
+    that city's country (again while no country passage came back and the budget allows) and answer what
+    it states, citing it, else abstain."""
+    from awarl.protocol import build_messages
+
+    messages = build_messages(user, system_prompt)
+    city = getattr(next(p for p in world.persons if (p.key or p.name) == q.who), q.relation)
+    country = re.compile(rf"{re.escape(city)} is a city in the country (\w+)\.")
+    link = None
+    for _ in range(world.config.max_searches):
+        query = f"country {city}"
+        messages.append(tool_call_message(query))
+        result = search(query)
+        messages.append(tool_result_message(result))
+        link = next(((pid, m.group(1)) for pid, _, text in parse_results(result) if (m := country.fullmatch(text))), None)
+        if link is not None:
+            break
+    final = format_final(link[1], [link[0]]) if link is not None else format_final(ABSTAIN_PHRASE)
+    messages.append({"role": "assistant", "content": final})
+    return messages
+
+
+__all__ = ["DEAD_CITY_LOAD", "city_names", "clarified_conversation_v2", "generate_world_v2", "gold_conversation_v2",
+           "namesake_cities"]

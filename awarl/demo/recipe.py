@@ -46,6 +46,10 @@ class DemoRecipe:
     device: str = "cpu"
     """capability.device: where p_i and the evaluation roll out (``cpu``, ``cuda``, ``cuda:N``, ``auto``);
     SFT and GRPO follow their own ``use_cpu`` / ``bf16`` arguments."""
+    clarified_share: float = 0.0
+    """warm_start.clarified_share: the share of answerable SFT questions with namesakes that also get the
+    conversation the chatbot has with the agent once the user has said which one is meant
+    (`awarl.train.tiny.world_trajectories`)."""
 
     @classmethod
     def load(cls, path: str | Path, *, quick: bool = False, seed: int = 0,
@@ -78,7 +82,7 @@ class DemoRecipe:
         return cls(world, _abstain_share(raw.get("warm_start") or {}, path), dict(raw.get("shape") or {}),
                    int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path),
                    *_warm_copies(raw.get("warm_start") or {}, path), _rename_ids(raw.get("warm_start") or {}, path),
-                   _device(capability, path))
+                   _device(capability, path), _clarified_share(raw.get("warm_start") or {}, path))
 
     @property
     def temperature(self) -> float:
@@ -126,7 +130,7 @@ def _arms(raw: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
     return {str(k): copy.deepcopy(v) for k, v in arms.items()}
 
 
-WARM_START_KEYS = ("abstain_share", "renamed_copies", "originals", "rename_ids")
+WARM_START_KEYS = ("abstain_share", "renamed_copies", "originals", "rename_ids", "clarified_share")
 
 
 def _abstain_share(warm: Any, path: Path) -> float:
@@ -136,6 +140,13 @@ def _abstain_share(warm: Any, path: Path) -> float:
     share = warm.get("abstain_share", 1.0)
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
         raise DemoError(f"{path}: warm_start.abstain_share must be a number in [0, 1], got {share!r}")
+    return float(share)
+
+
+def _clarified_share(warm: Any, path: Path) -> float:
+    share = warm.get("clarified_share", 0.0) if isinstance(warm, dict) else 0.0
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+        raise DemoError(f"{path}: warm_start.clarified_share must be a number in [0, 1], got {share!r}")
     return float(share)
 
 
@@ -191,6 +202,8 @@ def settings(recipe: DemoRecipe) -> dict[str, Any]:
             "originals": recipe.originals}
     if recipe.rename_ids:  # only when on, so folders started before the key existed still resume
         warm["rename_ids"] = True
+    if recipe.clarified_share:  # the same
+        warm["clarified_share"] = recipe.clarified_share
     raw = {"world": recipe.world, "warm_start": warm, "shape": recipe.shape,
            "capability": {"k": recipe.k}, "arms": recipe.arms, **recipe.train}
     return json.loads(json.dumps(flat("", raw, {}), default=str))

@@ -250,7 +250,8 @@ class Demo:
                                                                 abstain_share=self.recipe.abstain_share,
                                                                 renamed_copies=self.recipe.renamed_copies,
                                                                 originals=self.recipe.originals,
-                                                                rename_ids=self.recipe.rename_ids))
+                                                                rename_ids=self.recipe.rename_ids,
+                                                                clarified_share=self.recipe.clarified_share))
         if self.recipe.abstain_share < 1.0 and "wrong" not in config.sft.keep_outcomes:
             config.sft.keep_outcomes = [*config.sft.keep_outcomes, "wrong"]  # the guesses are wrong on purpose
         steps = int(config.sft.args.get("max_steps", 0))

@@ -269,7 +269,7 @@ def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE
 def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),
                        system_prompt: str | None = None, first: str = "relation",
                        abstain_share: float = 1.0, renamed_copies: int = 0,
-                       originals: bool = True, rename_ids: bool = False) -> list[dict]:
+                       originals: bool = True, rename_ids: bool = False, clarified_share: float = 0.0) -> list[dict]:
     """Gold conversations of the world's questions, searched with the real tool (``env_factory``
     builds the same `SearchEnv` the rollouts use, so SFT shows exactly what GRPO will see), as
     ``{"record_id", "messages"}`` rows that ``awarl train sft`` reads with ``sft.source: trajectories``.
@@ -285,7 +285,15 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
     no person's city can be learned by heart and the warm start must learn to read the results;
     ``originals=False`` leaves the real conversations out (with them in, the tiny model still learns
     their persons' cities by heart before it learns to read); ``rename_ids`` renames the copies' passage
-    ids too, so a cited id can only be copied from the results."""
+    ids too, so a cited id can only be copied from the results.
+
+    ``clarified_share`` (world v2): that share of the answerable questions whose person has namesakes
+    (chosen per question, seeded by its id) gets one more conversation (with its renamed copies): the
+    question as the chatbot asks the agent again once the user has said which namesake is meant (its
+    question `awarl.chat.prompts.which_one`, the user's reply the city, in
+    `awarl.chat.prompts.Prompts.agent_question`'s format), then the search for that city's country and
+    the answer (`awarl.data.world_v2.clarified_conversation_v2`). Without it the agent has never read a
+    user's reply (docs/chat.md)."""
     import random
 
     from awarl.data.world import gold_conversation, record_id
@@ -296,22 +304,52 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
         raise ValueError("originals=False needs renamed_copies >= 1 (there would be no conversations)")
     if renamed_copies < 0:
         raise ValueError(f"renamed_copies must be >= 0, got {renamed_copies}")
+    if not 0.0 <= clarified_share <= 1.0:
+        raise ValueError(f"clarified_share must be in [0, 1], got {clarified_share}")
     env = env_factory()
     rows = []
+
+    def add(q, messages: list[dict], copies_seed: str) -> None:
+        if originals:
+            rows.append({"record_id": record_id(q), "messages": messages})
+        if renamed_copies:
+            from awarl.data.world import renamed_conversation
+
+            rng = random.Random(copies_seed)
+            rows.extend({"record_id": record_id(q), "messages": renamed_conversation(world, messages, rng, ids=rename_ids)}
+                        for _ in range(renamed_copies))
+
     for split in splits:
         for q in world.split(split):
             env.reset(id=record_id(q), question=q.question, passages=[])
             guess = not q.answerable and random.Random(q.id).random() >= abstain_share
-            messages = gold_conversation(world, q, env.search, system_prompt, first=first, guess=guess)
-            if originals:
-                rows.append({"record_id": record_id(q), "messages": messages})
-            if renamed_copies:
-                from awarl.data.world import renamed_conversation
+            add(q, gold_conversation(world, q, env.search, system_prompt, first=first, guess=guess), f"{q.id}/renamed")
+            user = clarified_question(world, q) if clarified_share else None
+            if user is not None and random.Random(f"{q.id}/clarified").random() < clarified_share:
+                from awarl.data.world_v2 import clarified_conversation_v2
 
-                rng = random.Random(f"{q.id}/renamed")
-                rows += [{"record_id": record_id(q), "messages": renamed_conversation(world, messages, rng, ids=rename_ids)}
-                         for _ in range(renamed_copies)]
+                env.reset(id=record_id(q), question=user, passages=[])
+                add(q, clarified_conversation_v2(world, q, env.search, user, system_prompt), f"{q.id}/clarified/renamed")
     return rows
+
+
+def clarified_question(world, q) -> str | None:
+    """``q`` with the user's reply naming its person's city, as the chatbot asks the agent again after asking
+    which namesake is meant; None for a question it does not ask that way (one person of that name,
+    unanswerable, world v1)."""
+    from awarl.chat.prompts import Prompts, which_one
+    from awarl.chat.thread import Clarification
+    from awarl.data.world_facts import VERBS
+    from awarl.data.world_v2 import namesake_cities
+
+    if world.config.version != 2 or not q.answerable:
+        return None
+    cities = namesake_cities(world, q)
+    if len(cities) < 2:
+        return None
+    city = getattr(next(p for p in world.persons if (p.key or p.name) == q.who), q.relation)
+    asked = Clarification(which_one(q.person, VERBS[q.relation], cities), answer=city)
+    return Prompts().agent_question(q.question, [asked], "")
 
 
 def warm_start_on_world(model_dir: str | Path, out_dir: str | Path, world, *, steps: int = 200,

@@ -11,9 +11,10 @@ import pytest
 from awarl.chat.config import ChatSettings
 from awarl.chat.generate import ScriptedGenerator
 from awarl.chat.heldout import GROUPS, HeldoutTable, Outcome, load_world, run_heldout, user_reply
-from awarl.data.world import WorldConfig, generate_world, write_world
+from awarl.data.world import VERBS, WorldConfig, generate_world, write_world
 from awarl.errors import DataError
 from awarl.protocol import ABSTAIN_PHRASE
+from awarl.train.tiny import clarified_question
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def test_an_agent_that_abstains_on_a_namesake_is_asked_again_once_the_user_says_
     prompts: list[str] = []
 
     persons = {p.key or p.name: p for p in world.persons}
-    verbs = {"born": "was born in", "lives": "lives in"}
+    verbs = VERBS
 
     def abstains_until_told(prompt: str, n: int) -> str:
         prompts.append(prompt)
@@ -148,6 +149,8 @@ def test_an_agent_that_abstains_on_a_namesake_is_asked_again_once_the_user_says_
         assert not any("rejected" in p for p in told), told  # an abstention is no rejected answer
         other = verbs["lives" if q.relation == "born" else "born"]
         assert not any(other in p for p in told), told  # the other fact settles nothing: not asked
+        # the demo's warm start trains the agent on exactly this message (warm_start.clarified_share)
+        assert clarified_question(world, q) in told
     assert HeldoutTable(outcomes).misses() == []
 
 

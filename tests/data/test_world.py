@@ -519,6 +519,43 @@ def test_world_audit_script_exits_1_on_a_miss_and_2_on_a_bad_knob(capsys):
     assert script.main(["--set", "persns=60"]) == 2 and "persns" in capsys.readouterr().err
 
 
+def test_v2_clarified_conversations_read_the_users_reply(world2, written2, index2):
+    """``clarified_share``: answerable SFT questions whose person has namesakes also get the conversation the
+    chatbot has with the agent once the user has said which one is meant: the question with the user's reply
+    (the city), one search for that city's country, the answer citing it. Nothing else changes."""
+    from awarl.data.world_facts import VERBS
+    from awarl.data.world_v2 import namesake_cities
+    from awarl.protocol import parse_final
+    from awarl.train.tiny import world_trajectories
+
+    plain = world_trajectories(world2, _env(index2, written2), ("sft",))  # a factory each: visible failures are
+    rows = world_trajectories(world2, _env(index2, written2), ("sft",), clarified_share=1.0)  # drawn per call
+    told = [r for r in rows if "Clarifications from the user:" in r["messages"][1]["content"]]
+    assert [r for r in rows if r not in told] == plain  # the other conversations are those without it
+    by_id = {record_id(q): q for q in world2.split("sft")}
+    expected = [q for q in world2.split("sft") if q.answerable and len(namesake_cities(world2, q)) > 1]
+    assert len(told) == len(expected) > 10
+    persons = {p.key or p.name: p for p in world2.persons}
+    answered = 0
+    for row in told:
+        q = by_id[row["record_id"]]
+        city = getattr(persons[q.who], q.relation)
+        user = row["messages"][1]["content"]
+        assert user.startswith(q.question + "\n") and user.endswith(f"? A: {city}")
+        assert f"the one who {VERBS[q.relation]} " in user and all(c in user for c in namesake_cities(world2, q))
+        calls = [m["tool_calls"][0]["function"]["arguments"]["query"] for m in row["messages"] if m.get("tool_calls")]
+        assert calls and set(calls) == {f"country {city}"} and len(calls) <= world2.config.max_searches
+        final = parse_final(row["messages"][-1]["content"])
+        if not final.abstained:  # a visible failure on every try abstains; silent noise may state another country
+            assert final.citations == [world2.fact_passage[(city, "in")]]
+            answered += final.answer == q.answer
+    assert answered >= 0.6 * len(told)
+    half = world_trajectories(world2, _env(index2, written2), ("sft",), clarified_share=0.5)
+    assert 0.25 * len(told) <= len(half) - len(plain) <= 0.75 * len(told)
+    with pytest.raises(ValueError, match="clarified_share"):
+        world_trajectories(world2, _env(index2, written2), ("sft",), clarified_share=1.5)
+
+
 def test_renamed_copies_do_not_depend_on_the_process_string_hashing():
     """The renaming pairs names in a fixed order: two processes with different hash seeds (so
     different set orders) write the same copy, as the same seed must give the same SFT data."""
