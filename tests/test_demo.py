@@ -358,3 +358,13 @@ def test_quick_and_full_demos_default_to_their_own_folders(tmp_path, monkeypatch
         result = CliRunner().invoke(app, ["demo", *args, "--recipe", str(recipe), "--until", "world", "--no-progress"])
         assert result.exit_code == 0, result.output
         assert (tmp_path / folder / "world" / "world.json").exists()
+
+
+def test_the_report_says_when_the_warm_start_saw_the_users_reply():
+    from awarl.demo.report import _clarified_line
+
+    assert _clarified_line({"warm_start_clarified_share": 0.0}) == _clarified_line({}) == ""
+    line = _clarified_line({"warm_start_clarified_share": 0.5})
+    assert "50%" in line and "`warm_start.clarified_share`" in line
+    assert DemoRecipe.load(DEFAULT_RECIPE).clarified_share == 0.0
+    assert DemoRecipe.load(DEFAULT_RECIPE, overrides=["warm_start.clarified_share=0.5"]).clarified_share == 0.5
