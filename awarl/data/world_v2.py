@@ -375,6 +375,11 @@ def gold_conversation_v2(world: World, q: Question, search: Callable[[str], str]
     return messages
 
 
+def asked_city(world: World, q: Question) -> str:
+    """The city of ``q``'s relation for the person ``q`` is about (the user's reply to the namesake question)."""
+    return getattr(next(p for p in world.persons if (p.key or p.name) == q.who), q.relation)
+
+
 def namesake_cities(world: World, q: Question) -> list[str]:
     """The cities the corpus gives, for ``q``'s relation, to the persons named as ``q``'s person is, one each
     and sorted (what the chatbot asks the user to choose from: `awarl.chat.prompts.which_one`); fewer than
@@ -394,7 +399,7 @@ def clarified_conversation_v2(world: World, q: Question, search: Callable[[str],
     from awarl.protocol import build_messages
 
     messages = build_messages(user, system_prompt)
-    city = getattr(next(p for p in world.persons if (p.key or p.name) == q.who), q.relation)
+    city = asked_city(world, q)
     country = re.compile(rf"{re.escape(city)} is a city in the country (\w+)\.")
     link = None
     for _ in range(world.config.max_searches):
@@ -410,5 +415,5 @@ def clarified_conversation_v2(world: World, q: Question, search: Callable[[str],
     return messages
 
 
-__all__ = ["DEAD_CITY_LOAD", "city_names", "clarified_conversation_v2", "generate_world_v2", "gold_conversation_v2",
+__all__ = ["DEAD_CITY_LOAD", "asked_city", "city_names", "clarified_conversation_v2", "generate_world_v2", "gold_conversation_v2",
            "namesake_cities"]

@@ -340,15 +340,14 @@ def clarified_question(world, q) -> str | None:
     from awarl.chat.prompts import Prompts, which_one
     from awarl.chat.thread import Clarification
     from awarl.data.world_facts import VERBS
-    from awarl.data.world_v2 import namesake_cities
+    from awarl.data.world_v2 import asked_city, namesake_cities
 
     if world.config.version != 2 or not q.answerable:
         return None
     cities = namesake_cities(world, q)
     if len(cities) < 2:
         return None
-    city = getattr(next(p for p in world.persons if (p.key or p.name) == q.who), q.relation)
-    asked = Clarification(which_one(q.person, VERBS[q.relation], cities), answer=city)
+    asked = Clarification(which_one(q.person, VERBS[q.relation], cities), answer=asked_city(world, q))
     return Prompts().agent_question(q.question, [asked], "")
 
 
