@@ -49,6 +49,11 @@ STUDY_REWARD: dict[str, Any] = {
 aside: the gold judge needs none); an arm changes some of them. A test holds it to the config's fields."""
 
 
+STUDY_BASE = ("sft.args.max_steps=1300", "warm_start.clarified_share=0.0")
+"""The warm start every tier's base is built with (a tier's own overrides come after): the demo recipe's
+values when the study was run, so its bases do not move when the demo's defaults do."""
+
+
 def reward(**changes: Any) -> dict[str, Any]:
     """`STUDY_REWARD` with ``changes``; a name that is not a switch is an error."""
     unknown = sorted(set(changes) - set(STUDY_REWARD))
@@ -124,7 +129,7 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
 
 def base_overrides(tier: Tier) -> list[str]:
     """The demo recipe overrides (``section.field=value``) of a tier's base: K, then the tier's own."""
-    return [f"capability.k={K}", *tier.base]
+    return [f"capability.k={K}", *STUDY_BASE, *tier.base]
 
 
 def arm_overrides(tier: Tier, arm: Arm) -> dict[str, Any]:

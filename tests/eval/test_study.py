@@ -31,6 +31,7 @@ def test_every_arm_names_every_reward_switch():
             steps.add(overrides["grpo.max_steps"])
         assert steps == {tier.steps}  # equal optimizer steps for every arm of a tier
         assert study.base_overrides(tier)[0] == "capability.k=16"
+        assert set(study.STUDY_BASE) <= set(study.base_overrides(tier))  # the demo's defaults may move; the study's bases do not
     t1 = TIERS["T1"]
     for name in ("awa_g0.2", "awa_g0.5", "awa_g1.0"):
         assert t1.arm(name).reward["floor_abstain"] is True and t1.arm(name).reward["anti_windup"] == "freeze"
