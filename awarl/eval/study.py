@@ -128,7 +128,7 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
 
 
 def base_overrides(tier: Tier) -> list[str]:
-    """The demo recipe overrides (``section.field=value``) of a tier's base: K, then the tier's own."""
+    """The demo recipe overrides (``section.field=value``) of a tier's base: K, `STUDY_BASE`, then the tier's own."""
     return [f"capability.k={K}", *STUDY_BASE, *tier.base]
 
 
