@@ -366,5 +366,8 @@ def test_the_report_says_when_the_warm_start_saw_the_users_reply():
     assert _clarified_line({"warm_start_clarified_share": 0.0}) == _clarified_line({}) == ""
     line = _clarified_line({"warm_start_clarified_share": 0.5})
     assert "50%" in line and "`warm_start.clarified_share`" in line
-    assert DemoRecipe.load(DEFAULT_RECIPE).clarified_share == 0.0
+    shipped = DemoRecipe.load(DEFAULT_RECIPE)
+    # the share and the SFT length go together: at 0.2 the base reads again only past 2,400 steps at every layout
+    assert shipped.clarified_share == 0.2 and shipped.train["sft"]["args"]["max_steps"] >= 2400
+    assert DemoRecipe.load(DEFAULT_RECIPE, quick=True).clarified_share == 0.2
     assert DemoRecipe.load(DEFAULT_RECIPE, overrides=["warm_start.clarified_share=0.5"]).clarified_share == 0.5
