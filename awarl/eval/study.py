@@ -105,6 +105,11 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
         Arm("none", reward(kind="none"), "accuracy only (claim 3)"),
         Arm("ternary", reward(kind="ternary"), "a common abstention baseline (one seed)", seeds=(0,)),
         Arm("static_0.3", reward(kind="static", static_reward=0.3), "a second static value (one seed)", seeds=(0,)),
+        # The anti-windup guard against the paper's controller, from the same base as awa_g0.5 (claim W)
+        Arm("awa_off", reward(kind="awa", floor_abstain=True, anti_windup="off"),
+            "the unguarded controller (the paper's): does P_t wind up where freeze holds the target (claim W)"),
+        Arm("awa_bound", reward(kind="awa", floor_abstain=True, anti_windup="bound"),
+            "the bound form of the guard (P_t >= min_penalty) beside freeze (claim W)"),
     )),
     # A weak base built by a lower SFT learning rate (not by stopping SFT before the copying jump).
     Tier("T2", "world v2, a weak base (mean p_i <= 0.2): the controller's guards (issue 21)",
