@@ -226,6 +226,39 @@ def max_window_after(batches: Sequence[dict[str, float]], key: str, after: int, 
     return max(means) if means else None
 
 
+RECOVERY_WINDOW = 10
+"""Generation batches over which the error's mean must be >= 0 for it to have turned (`recovery_lags`)."""
+
+
+def recovery_lags(batches: Sequence[dict[str, float]], window: int = RECOVERY_WINDOW) -> list[tuple[int, bool]]:
+    """How fast a negative P_t comes back once the error turns: for every stretch of batches with P_t < 0,
+    from the first batch t of it at which the mean of E over batches t … t + ``window`` − 1 (those that ran)
+    is >= 0, the batches until P_t >= 0 again, and whether it came back (False: still negative when the
+    run ended, the lag then a lower bound). A stretch in which the error never turns is left out.
+
+    >>> b = [{"P": p, "E": e} for p, e in [(0, -.2), (-.1, -.2), (-.2, .1), (-.1, .1), (0, .1), (0, .1)]]
+    >>> recovery_lags(b, window=2)
+    [(2, True)]
+    """
+    P = [b.get("P") for b in batches]
+    E = [b.get("E") for b in batches]
+    lags, i, n = [], 0, len(batches)
+    while i < n:
+        if P[i] is None or P[i] >= 0:
+            i += 1
+            continue
+        j = i
+        while j < n and P[j] is not None and P[j] < 0:
+            j += 1
+        for t in range(i, j):
+            ahead = [e for e in E[t:t + window] if e is not None]
+            if ahead and statistics.fmean(ahead) >= 0:
+                lags.append((j - t, j < n))
+                break
+        i = j
+    return lags
+
+
 # -- finished runs -------------------------------------------------------------------------------------------
 @dataclass
 class Run:
@@ -290,6 +323,8 @@ def run_summary(run: Run) -> dict[str, Any]:
         "batches": len(run.batches),
         "late": {k: run.late(k) for k in LATE_TERMS},
         "plateau_sd": plateau_sd(run.batches),
+        "min_P": min((b["P"] for b in run.batches if "P" in b), default=None),
+        "recovery_lags": recovery_lags(run.batches),
         "greedy": {k: run.metric(k) for k in HELD_OUT},
         "sampled": {k: run.metric(k, "sampled") for k in HELD_OUT},
         "heldout_target": run.result.get("heldout_target"),

@@ -31,6 +31,9 @@ DM_SPREAD, DM_AWAY, AWA_SPREAD = 0.1, 0.15, 0.05  # claim 4
 PAYING_TOGETHER = 0.03  # claim 5: paying arms' held-out refusal within this of each other
 ADAPTIVE_ACCURACY, ADAPTIVE_RECALL = 0.8, 0.8  # T2: answerable accuracy >= 0.8 x none's, abstain-recall >= 0.8
 ALL_ABSTAIN_AFTER, ALL_ABSTAIN_MAX = 50, 0.3   # T2: attempt bonus keeps all-abstain <= 0.3 after batch 50
+GUARD_GAP = 0.1         # W1: the guarded AWA's |late batch refusal - late target| at most this
+RECOVERY_MAX = 10      # W2: P_t back to >= 0 at most this many generation batches after the error turns
+WINDUP_P = -0.5        # W3: the unguarded controller winds up if its lowest P_t is at most this (or misses W1's gap)
 GAMMAS = (("awa_g0.2", 0.2), ("awa_g0.5", 0.5), ("awa_g1.0", 1.0))
 
 
@@ -295,12 +298,38 @@ def claim_forced(table: dict[str, Any]) -> Claim:
                   "after batch 50 and answerable accuracy >= 0.8 x none's", "T2", table, ["awa_forced", "none"], build)
 
 
+def claim_windup(table: dict[str, Any], guarded: str = "awa_g0.5", number: str = "W") -> Claim:
+    """Issue 21's anti-windup, pre-registered with ``awa_off`` and ``awa_bound``: the guarded controller holds
+    its target (W1) and recovers within 10 batches of the error turning (W2) where the unguarded one winds
+    up (W3: its lowest P_t <= -0.5, or its late refusal more than 0.1 from its target)."""
+    def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
+        gap = {}
+        for arm in (guarded, "awa_off"):
+            refusal, target = (_at(table, "T1", arm, f"late.{k}", seeds) for k in ("refusal", "target"))
+            gap[arm] = {s: abs(refusal[s] - target[s]) for s in refusal if s in target}
+        lags = {s: ((table["T1"][guarded]["per_seed"][s].get("recovery_lags")) or []) for s in seeds}
+        worst = {s: max((lag for lag, _ in v), default=0) for s, v in lags.items()}
+        low = _at(table, "T1", "awa_off", "min_P", seeds)
+        tests = [seed_test(f"{guarded} |late batch refusal - late target| <= {GUARD_GAP}",
+                           {s: GUARD_GAP - v for s, v in gap[guarded].items()}),
+                 seed_test(f"{guarded} P_t >= 0 within {RECOVERY_MAX} batches after the error turns",
+                           {s: RECOVERY_MAX - v for s, v in worst.items()}),
+                 seed_test(f"awa_off winds up: lowest P_t <= {WINDUP_P} or |late refusal - late target| > {GUARD_GAP}",
+                           {s: max(WINDUP_P - low[s], gap["awa_off"].get(s, 0.0) - GUARD_GAP)
+                            for s in seeds if s in low}, strict=True)]
+        return tests, {"|late refusal - late target|": gap, f"{guarded} recovery lags (batches, came back)": lags,
+                       "awa_off lowest P_t": low}
+    return _claim(number, f"the guarded controller ({guarded}) holds its target within {GUARD_GAP} and recovers "
+                  f"within {RECOVERY_MAX} batches of the error turning, where the paper's unguarded one (awa_off) "
+                  f"winds up", "T1", table, [guarded, "awa_off"], build)
+
+
 def claims(table: dict[str, Any]) -> list[Claim]:
-    """Claims 1-5 (issue 20) and the weak-base claims (issue 21); the floored, anti-windup AWA's plateau
-    on the medium base is claim 2 (T1's AWA arms name both guards on)."""
+    """Claims 1-5 (issue 20), the weak-base claims and the anti-windup claims W / Wb (issue 21); the floored,
+    anti-windup AWA's plateau on the medium base is claim 2 (T1's AWA arms name both guards on)."""
     return [claim_drift(table), claim_plateaus(table), claim_precision(table), claim_unpredictable(table),
             claim_regression(table), claim_weak_collapse(table), claim_adaptive(table), claim_attempt(table),
-            claim_forced(table)]
+            claim_forced(table), claim_windup(table), claim_windup(table, "awa_bound", "Wb")]
 
 
 def diagnose(table: dict[str, Any], tier: str, arm: str, seed: int) -> str:

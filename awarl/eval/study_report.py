@@ -21,7 +21,7 @@ def tier_table(tier: str, arms: dict[str, Any]) -> list[str]:
     """Mean ± sd over seeds per arm, in two tables: held-out greedy and sampled; the late batch terms
     (training target beside batch refusal) and compute (training and probe rollouts)."""
     held = [("greedy", k) for k in HELD_OUT] + [("sampled", k) for k in ("precision", "accuracy", "refusal_rate")]
-    terms = [("late", k) for k in BATCH_COLUMNS] + [("", "plateau_sd"), ("", "heldout_target")]
+    terms = [("late", k) for k in BATCH_COLUMNS] + [("", "min_P"), ("", "plateau_sd"), ("", "heldout_target")]
     order = [a.name for a in TIERS[tier].arms if a.name in arms] if tier in TIERS else []
     names = order + sorted(set(arms) - set(order))
     lines = [f"### {tier}: {TIERS[tier].title}" if tier in TIERS else f"### {tier}", ""]

@@ -72,22 +72,23 @@ def test_the_one_expected_rate_formula_in_training_and_the_study():
 
 
 # -- recorded runs -------------------------------------------------------------------------------------------
-def _log(folder: Path, refusal: list[float], target: float, **terms: float) -> None:
+def _log(folder: Path, refusal: list[float], target: float, **terms: float | list[float]) -> None:
     """A GRPO metrics log as TRL writes it with logging_steps 1 and 4 optimizer steps per generation batch:
-    the awa/ terms only on the step that generated the batch."""
+    the awa/ terms only on the step that generated the batch (a list: one value per batch)."""
     path = folder / "grpo" / "metrics_log.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
         for i, r in enumerate(refusal):
             f.write(json.dumps({"step": 4 * i + 1, "loss": 0.1, "awa/refusal_rate": r, "awa/expected_refusal_rate": target,
                                 "awa/answer_value_correct": 1.1, "awa/answer_value_wrong": 0.0,
-                                **{study.BATCH_KEYS[k]: v for k, v in terms.items()}}) + "\n")
+                                **{study.BATCH_KEYS[k]: v[i] if isinstance(v, list) else v
+                                   for k, v in terms.items()}}) + "\n")
             for step in range(4 * i + 2, 4 * i + 5):
                 f.write(json.dumps({"step": step, "loss": 0.1}) + "\n")
 
 
 def record(out: Path, tier: str, arm: str, seed: int, *, refusal: float | list[float] = 0.3, target: float = 0.3,
-           batches: int = 60, greedy: dict | None = None, share: float = 0.3, **terms: float) -> None:
+           batches: int = 60, greedy: dict | None = None, share: float = 0.3, **terms: float | list[float]) -> None:
     """One finished run: its per-batch log and result.json."""
     folder = arm_folder(out, tier, arm, seed)
     series = refusal if isinstance(refusal, list) else [refusal] * batches
@@ -258,9 +259,45 @@ def test_weak_base_claims(tmp_path):
     assert any("windup" in d for d in found["T2a"].diagnostics)
 
 
+def test_recovery_lags_count_from_the_turn_of_the_error():
+    def batches(P, E):
+        return [{"P": p, "E": e} for p, e in zip(P, E)]
+    # P negative for 6 batches; the error turns at the third of them; P is back 4 batches later
+    b = batches([0, -0.1, -0.2, -0.2, -0.1, -0.1, -0.1, 0, 0], [-0.2, -0.2, -0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    assert study.recovery_lags(b, window=3) == [(5, True)]
+    # an error that never turns is not counted; one that turned and stays negative at the end is a lower bound
+    assert study.recovery_lags(batches([-0.1] * 5, [-0.1] * 5)) == []
+    assert study.recovery_lags(batches([-0.3] * 12, [0.05] * 12)) == [(12, False)]
+    assert study.recovery_lags([{"refusal": 0.3}] * 3) == []  # a run that logged no penalty (a baseline)
+
+
+def _windup_study(out: Path, off_P: list[float], guarded_P: list[float], guarded_E: list[float]) -> None:
+    for seed in SEEDS:
+        record(out, "T1", "awa_g0.5", seed, refusal=[0.70] * 60, target=0.75, P=guarded_P, E=guarded_E)
+        record(out, "T1", "awa_bound", seed, refusal=[0.50] * 60, target=0.75, P=guarded_P, E=guarded_E)
+        record(out, "T1", "awa_off", seed, refusal=[0.70] * 60, target=0.75, P=off_P, E=guarded_E)
+
+
+def test_claim_w_the_guard_holds_where_the_unguarded_controller_winds_up(tmp_path):
+    turn = [-0.1] * 20 + [0.05] * 40            # the error turns at batch 20
+    guarded = [-0.2] * 25 + [0.0] * 35          # back 5 batches later
+    _windup_study(tmp_path, off_P=[-0.7] * 40 + [0.0] * 20, guarded_P=guarded, guarded_E=turn)
+    found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
+    assert found["W"].holds and found["W"].complete
+    assert not found["Wb"].holds  # awa_bound ends 0.25 below its target
+    assert [t.holds for t in found["Wb"].tests] == [False, True, True]
+
+    # a slow recovery (P negative 15 batches after the turn) fails W2; an unguarded run that neither winds up
+    # nor misses its target fails W3: the guard is not shown to matter
+    _windup_study(tmp_path, off_P=[-0.3] * 40 + [0.0] * 20, guarded_P=[-0.2] * 35 + [0.0] * 25, guarded_E=turn)
+    found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
+    assert [t.holds for t in found["W"].tests] == [True, False, False] and not found["W"].holds
+    assert found["W"].numbers["awa_off lowest P_t"] == {0: -0.3, 1: -0.3, 2: -0.3}
+
+
 # -- a partial study -----------------------------------------------------------------------------------------
 def test_plan_resumes_and_aggregate_works_on_a_partial_study(tmp_path):
-    assert len(plan(tmp_path, ["T1"], SEEDS)) == 6 * 3 + 2  # ternary and static 0.3 at seed 0 only
+    assert len(plan(tmp_path, ["T1"], SEEDS)) == 8 * 3 + 2  # ternary and static 0.3 at seed 0 only
     _t1(tmp_path, seeds=(0,))
     todo = plan(tmp_path, list(TIERS), SEEDS)
     assert ("T1", "awa_g0.5", 0) not in todo and ("T1", "awa_g0.5", 1) in todo and ("T1", "ternary", 0) in todo
