@@ -316,7 +316,7 @@ def claim_windup(table: dict[str, Any], guarded: str = "awa_g0.5", number: str =
                            {s: RECOVERY_MAX - v for s, v in worst.items()}),
                  seed_test(f"awa_off winds up: lowest P_t <= {WINDUP_P} or |late refusal - late target| > {GUARD_GAP}",
                            {s: max(WINDUP_P - low[s], gap["awa_off"].get(s, 0.0) - GUARD_GAP)
-                            for s in seeds if s in low}, strict=True)]
+                            for s in seeds if s in low})]  # P_t is quantised: -0.5 itself winds up (<=)
         return tests, {"|late refusal - late target|": gap, f"{guarded} recovery lags (batches, came back)": lags,
                        "awa_off lowest P_t": low}
     return _claim(number, f"the guarded controller ({guarded}) holds its target within {GUARD_GAP} and recovers "

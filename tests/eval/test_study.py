@@ -293,6 +293,9 @@ def test_claim_w_the_guard_holds_where_the_unguarded_controller_winds_up(tmp_pat
     found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
     assert [t.holds for t in found["W"].tests] == [True, False, False] and not found["W"].holds
     assert found["W"].numbers["awa_off lowest P_t"] == {0: -0.3, 1: -0.3, 2: -0.3}
+    # P_t moves in steps of delta: an unguarded run whose lowest P_t is -0.5 itself has wound up (<= -0.5)
+    _windup_study(tmp_path, off_P=[-0.5] * 40 + [0.0] * 20, guarded_P=guarded, guarded_E=turn)
+    assert {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}["W"].holds
 
 
 # -- a partial study -----------------------------------------------------------------------------------------
