@@ -262,7 +262,7 @@ def test_weak_base_claims(tmp_path):
 def test_recovery_lags_count_from_the_turn_of_the_error():
     def batches(P, E):
         return [{"P": p, "E": e} for p, e in zip(P, E)]
-    # P negative for 6 batches; the error turns at the third of them; P is back 4 batches later
+    # P negative for 6 batches; the 3-batch mean of the error turns at the second of them; P is back 5 batches later
     b = batches([0, -0.1, -0.2, -0.2, -0.1, -0.1, -0.1, 0, 0], [-0.2, -0.2, -0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
     assert study.recovery_lags(b, window=3) == [(5, True)]
     # an error that never turns is not counted; one that turned and stays negative at the end is a lower bound
