@@ -67,6 +67,12 @@ def test_the_quick_demo_writes_everything_meets_its_floors_and_resumes(quick_dem
     by_target = saved["arms"]["awa"]["refusal_by_target"]
     assert sum(g["n"] for g in by_target.values()) == saved["world"]["eval"]["questions"]
     assert "### Refusal where the AWA target abstains and where it answers" in (quick_demo_dir / "report/report.md").read_text()
+    kinds = {k["kind"]: k for k in saved["by_kind"]}  # every held-out question, once, under its world v2 kind
+    assert sum(k["n"] for k in kinds.values()) == saved["world"]["eval"]["questions"]
+    assert {"1/1@0", "missing", "near_miss_variant", "near_miss_relation"} <= set(kinds)
+    assert all(set(k["runs"]) == {"before RL", "awa", "none"} for k in kinds.values())
+    assert all(k["runs"]["awa"]["accuracy"] == 0.0 for k in kinds.values() if not k["answerable"])
+    assert "### By kind of question" in (quick_demo_dir / "report/report.md").read_text()
     steps = quick.train["grpo"]["max_steps"]
     assert all(arm["grpo_steps"] == steps and arm["refusal_by_p"] for arm in saved["arms"].values())
     assert saved["capability"]["eval"]["k"] == quick.k and saved["before_rl_refusal_by_p"]

@@ -185,6 +185,7 @@ def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> d
         "capability": {split: capability_section(p.p_file(split), p.world / "world.json" if world.config.version >= 2
                                                  else None) for split in ("rl", "eval")},
         "before_rl": before, "before_rl_refusal_by_p": refusal_by_p(before_rows), "arms": arms,
+        "by_kind": kind_section(p, world, before_rows, demo.arms),
         "checks": quality_checks(demo, before, arms), "timings_s": demo.timings, "warnings": demo.warnings,
     }
     plots = write_plots(p.report, steps, metrics)
@@ -194,6 +195,17 @@ def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> d
     (p.report / "report.md").write_text(report_markdown(metrics), encoding="utf-8")
     metrics["headline"] = headline(metrics)
     return metrics
+
+
+def kind_section(paths: Any, world: Any, before_rows: list[dict[str, Any]], arms: Any) -> list[dict[str, Any]] | None:
+    """Held-out accuracy and refusal per kind of question, before RL and per arm (world v2 only:
+    `awarl.eval.world_audit.by_kind`)."""
+    from awarl.eval.world_audit import by_kind
+
+    if world.config.version < 2:
+        return None
+    return by_kind(paths.world / "world.json",
+                   {"before RL": before_rows, **{name: outcome_rows(paths.eval / name) for name in arms}})
 
 
 def last_window(steps: list[dict[str, Any]], n: int = 10) -> dict[str, float]:
@@ -316,6 +328,29 @@ def _refusal_by_target_lines(m: dict[str, Any]) -> list[str]:
               for n, g in arms.items()), ""]
 
 
+def _by_kind_table(m: dict[str, Any]) -> list[str]:
+    """Held-out accuracy / refusal per kind of question (world v2): where each run's numbers come from."""
+    kinds = m.get("by_kind")
+    if not kinds:
+        return []
+    names = list(kinds[0]["runs"])
+    cell = (lambda r: "–" if r is None else f"{r['accuracy']:.2f} / {r['refusal']:.2f}")
+    return ["### By kind of question", "",
+            "Held-out accuracy / refusal per kind of question. Answerable kinds are named by their ceiling's cues, "
+            "`m/j@f`: m people share the person's name, j of them lead to the gold country, and the search silently "
+            "returns a conflicting passage in a share f of rollouts; u is what the best reader reaches there in "
+            "expectation (a sample of questions can land above it), p_i the SFT checkpoint's mean. Unanswerable kinds: `missing` (the needed fact is absent), `near_miss_variant` (a "
+            "city one letter away has it), `near_miss_relation` (the other relation's city has it). Abstaining is the "
+            "better bet where p_i is low; on the unanswerable kinds it is the only right reply.", "",
+            "| kind | questions | u | p_i | " + " | ".join(names) + " |", "|---" * (len(names) + 4) + "|",
+            *(f"| {k['kind']} | {k['n']} | {_fmt2(k['u'])} | {_fmt2(k['p'])} | "
+              + " | ".join(cell(k["runs"].get(n)) for n in names) + " |" for k in kinds), ""]
+
+
+def _fmt2(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
 def _capability_table(cap: dict[str, dict[str, Any]]) -> list[str]:
     return [
         "| split | questions | mean p | mean p (answerable) | unparsable rollouts | p histogram (value: count) |",
@@ -370,7 +405,7 @@ def report_markdown(m: dict[str, Any]) -> str:
         "the better bet under its reward, from the SFT checkpoint's p_i. What each column means:", "",
         *(f"- **{k}**: {v}" for k, v in COLUMNS.items()), "",
         "### Refusal by p_i (held-out questions, binned by the SFT checkpoint's p_i value)", "",
-        *_refusal_by_p_table(m), *_refusal_by_target_lines(m),
+        *_refusal_by_p_table(m), *_refusal_by_target_lines(m), *_by_kind_table(m),
         "## Capability p_i of the SFT checkpoint", "",
         f"K = {m['capability']['rl']['k']} sampled rollouts per question at temperature "
         f"{m['capability']['rl'].get('temperature', 1.0):g} (GRPO's), same rollout settings as training and evaluation.", "",

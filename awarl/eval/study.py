@@ -331,7 +331,25 @@ def run_summary(run: Run) -> dict[str, Any]:
         "unanswerable_share": run.result.get("unanswerable_share_rl"),
         "training_rollouts": run.training_rollouts,
         "probe_rollouts": run.probe_rollouts,
+        "by_kind": run_by_kind(run),
     }
+
+
+def run_by_kind(run: Run) -> list[dict[str, Any]] | None:
+    """Held-out greedy accuracy and refusal per kind of question (`awarl.eval.world_audit.by_kind`), from the
+    run's ``eval/`` folder and its base's world.json; None where either is missing (a recorded run, world v1)."""
+    from awarl.data.records import iter_jsonl
+    from awarl.eval.world_audit import by_kind
+
+    if run.folder is None:
+        return None
+    world = base_folder(run.folder.parents[2], run.tier, run.seed) / "world" / "world.json"
+    trajectories = run.folder / "eval" / "trajectories.jsonl"
+    if not world.exists() or not trajectories.exists():
+        return None
+    if json.loads(world.read_text(encoding="utf-8"))["config"].get("version", 1) < 2:
+        return None
+    return by_kind(world, {run.arm: [row for _, row in iter_jsonl(trajectories)]})
 
 
 def mean_sd(values: Sequence[float | None]) -> tuple[float | None, float | None]:

@@ -39,6 +39,33 @@ def tier_table(tier: str, arms: dict[str, Any]) -> list[str]:
     return lines
 
 
+def kind_table(tier: str, arms: dict[str, Any]) -> list[str]:
+    """Held-out greedy accuracy / refusal per kind of question (world v2), mean over each arm's seeds; u and the
+    base's p_i are means over the seeds' worlds and bases. Empty where no run has the rows (world v1)."""
+    order = [a.name for a in TIERS[tier].arms if a.name in arms] if tier in TIERS else []
+    names = [a for a in order + sorted(set(arms) - set(order))
+             if any(s.get("by_kind") for s in arms[a]["per_seed"].values())]
+    if not names:
+        return []
+    kinds: dict[str, dict[str, list[Any]]] = {}
+    for arm in names:
+        for summary in arms[arm]["per_seed"].values():
+            for k in summary.get("by_kind") or []:
+                entry = kinds.setdefault(k["kind"], {"answerable": [k["answerable"]], "n": [], "u": [], "p": []})
+                entry["n"].append(k["n"]), entry["u"].append(k["u"]), entry["p"].append(k["p"])
+                for name, r in k["runs"].items():
+                    entry.setdefault(name, []).append(r)
+    mean = (lambda xs: mean_sd(xs)[0])
+    cell = (lambda rs: "–" if not rs else f"{mean([r['accuracy'] for r in rs]):.2f} / {mean([r['refusal'] for r in rs]):.2f}")
+    two = (lambda x: "–" if x is None else f"{x:.2f}")
+    rows = sorted(kinds.items(), key=lambda kv: (not kv[1]["answerable"][0], -(mean(kv[1]["u"]) or 0.0)))
+    return [f"Held-out greedy accuracy / refusal by kind of question ({tier}; `m/j@f`: m namesakes, j lead to the "
+            "gold country, silent noise f; u the best reader's expected accuracy; p_i the base's; means over seeds):", "",
+            "| kind | questions per seed | u | base p_i | " + " | ".join(names) + " |", "|---" * (len(names) + 4) + "|",
+            *(f"| {kind} | {mean(e['n']):.0f} | {two(mean(e['u']))} | {two(mean(e['p']))} | "
+              + " | ".join(cell(e.get(n, [])) for n in names) + " |" for kind, e in rows), ""]
+
+
 def claims_markdown(found: list[Claim]) -> list[str]:
     lines = ["| claim | holds | seeds | tests |", "|---|---|---|---|"]
     for c in found:
@@ -76,7 +103,7 @@ def markdown(table: dict[str, Any], found: list[Claim], oracle: list[Any] | None
         lines += [f"Not finished: {len(pending)} runs ({', '.join(f'{t}/{a}/seed{s}' for t, a, s in pending[:12])}"
                   + (" …" if len(pending) > 12 else "") + "). The numbers below are of what has finished.", ""]
     for tier in [t for t in TIERS if t in table] + sorted(set(table) - set(TIERS)):
-        lines += tier_table(tier, table[tier])
+        lines += tier_table(tier, table[tier]) + kind_table(tier, table[tier])
     if oracle:
         lines += ["Oracle that knows u_q (upper bounds; `awarl.eval.world_audit.oracle_frontier`):", "",
                   "| γ | refusal | precision | accuracy |", "|---|---|---|---|"]

@@ -342,6 +342,58 @@ def base_spread(p_file: str | Path, world_json: str | Path) -> Audit:
     return audit
 
 
+UNANSWERABLE_KINDS = ("missing", "near_miss_variant", "near_miss_relation")
+"""The unanswerable kinds of a world v2 question (world.json's ``kind``), in the order reports show them."""
+
+
+def kind_label(question: dict[str, Any]) -> str:
+    """The kind of one world.json question: an answerable one by its ceiling's cues as ``"m/j@f"`` (m namesakes,
+    j of them lead to the gold country, silent noise f: the keys of the recipe's ``world.ceilings``), an
+    unanswerable one by its kind (``missing``, ``near_miss_variant``, ``near_miss_relation``)."""
+    if question.get("kind") != "answerable":
+        return str(question.get("kind"))
+    cues = question.get("cues") or {}
+    return f"{cues.get('namesakes', 1)}/{cues.get('leading', 1)}@{float(cues.get('silent_noise', 0.0)):g}"
+
+
+def by_kind(world_json: str | Path, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Accuracy and refusal of evaluated runs per kind of question of a world v2 (`kind_label`), with the
+    kind's mean ceiling u and the mean p_i the rows carry (the SFT checkpoint's): where a run's headline
+    numbers come from, e.g. whether it abstains where namesakes make an answer a guess and answers where one
+    person is named. ``runs``: name -> per-question rows of one evaluation (``trajectories.jsonl``: ``record_id``,
+    ``outcome``, ``p``), all on questions of this world. One dict per kind: ``kind``, ``answerable``, ``n``
+    (questions), ``u``, ``p`` and ``runs`` (name -> ``accuracy``, ``refusal``); answerable kinds first, by
+    falling u, then the unanswerable ones."""
+    import json
+
+    from awarl.errors import DataError
+
+    questions = {q["record_id"]: q for q in json.loads(Path(world_json).read_text(encoding="utf-8"))["questions"]}
+    kinds: dict[str, dict[str, Any]] = {}
+    for name, rows in runs.items():
+        for row in rows:
+            question = questions.get(row.get("record_id"))
+            if question is None:
+                raise DataError(world_json, "", f"run {name!r} has a question that is not in this world "
+                                f"({row.get('record_id')!r}): the evaluation is of another world")
+            label = kind_label(question)
+            entry = kinds.setdefault(label, {"kind": label, "answerable": question.get("kind") == "answerable",
+                                             "ids": {}, "runs": {}})
+            entry["ids"][row["record_id"]] = (question.get("u"), row.get("p"))
+            outcomes = entry["runs"].setdefault(name, [])
+            outcomes.append(row.get("outcome"))
+    out = []
+    for entry in kinds.values():
+        us = [u for u, _ in entry["ids"].values() if isinstance(u, (int, float))]
+        ps = [p for _, p in entry["ids"].values() if isinstance(p, (int, float))]
+        out.append({"kind": entry["kind"], "answerable": entry["answerable"], "n": len(entry["ids"]),
+                    "u": sum(us) / len(us) if us else None, "p": sum(ps) / len(ps) if ps else None,
+                    "runs": {name: {"accuracy": o.count("correct") / len(o), "refusal": o.count("abstain") / len(o)}
+                             for name, o in entry["runs"].items()}})
+    order = {k: i for i, k in enumerate(UNANSWERABLE_KINDS)}
+    return sorted(out, key=lambda e: (not e["answerable"], -(e["u"] or 0.0), order.get(e["kind"], len(order)), e["kind"]))
+
+
 def spearman(a: list[float], b: list[float]) -> float:
     """Spearman's rank correlation (average ranks for ties); 0 where either side is constant."""
     def ranks(xs: list[float]) -> list[float]:
@@ -367,4 +419,5 @@ def spearman(a: list[float], b: list[float]) -> float:
     return cov / (va * vb) ** 0.5 if va and vb else 0.0
 
 
-__all__ = ["Audit", "Check", "OraclePoint", "audit_recipe", "audit_world", "base_spread", "oracle_frontier", "spearman"]
+__all__ = ["Audit", "Check", "OraclePoint", "UNANSWERABLE_KINDS", "audit_recipe", "audit_world", "base_spread", "by_kind",
+           "kind_label", "oracle_frontier", "spearman"]

@@ -499,6 +499,39 @@ def test_base_spread_reads_p_i_against_the_world_ceilings(tmp_path):
         base_spread(tmp_path / "other.jsonl", files["world"])
 
 
+
+def test_by_kind_groups_an_evaluation_by_the_worlds_kinds_of_question(tmp_path):
+    from awarl.errors import DataError
+    from awarl.eval.world_audit import UNANSWERABLE_KINDS, by_kind, kind_label
+
+    world = generate_world(WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0))
+    files = write_world(world, tmp_path / "world")
+    held = [q for q in json.loads(files["world"].read_text(encoding="utf-8"))["questions"] if q["split"] == "eval"]
+    assert kind_label({"kind": "answerable", "cues": {"namesakes": 4, "leading": 1, "silent_noise": 0.3}}) == "4/1@0.3"
+    assert kind_label({"kind": "answerable", "cues": {"namesakes": 1, "leading": 1, "silent_noise": 0.0}}) == "1/1@0"
+    # A run that answers right exactly where one person is named and abstains everywhere else, and one that
+    # answers everything wrongly: each kind's numbers are what the rows say.
+    careful = [{"record_id": q["record_id"], "p": 0.5,
+                "outcome": "correct" if q["u"] is not None and q["cues"]["namesakes"] == 1 else "abstain"} for q in held]
+    reckless = [{"record_id": q["record_id"], "p": 0.5, "outcome": "wrong"} for q in held]
+    kinds = by_kind(files["world"], {"careful": careful, "reckless": reckless})
+    assert sum(k["n"] for k in kinds) == len(held)
+    labels = [k["kind"] for k in kinds]
+    answerable = [k for k in kinds if k["answerable"]]
+    assert labels[len(answerable):] == [k for k in UNANSWERABLE_KINDS if k in labels]  # answerable kinds first
+    assert [k["u"] for k in answerable] == sorted((k["u"] for k in answerable), reverse=True)
+    for k in kinds:
+        single = k["kind"].startswith("1/")
+        assert k["runs"]["careful"] == {"accuracy": 1.0 if single else 0.0, "refusal": 0.0 if single else 1.0}
+        assert k["runs"]["reckless"] == {"accuracy": 0.0, "refusal": 0.0} and k["p"] == 0.5
+        assert (k["u"] is None) == (not k["answerable"])
+    one = next(k for k in kinds if k["kind"] == "1/1@0")
+    ones = [q["u"] for q in held if q["u"] is not None and kind_label(q) == "1/1@0"]
+    assert one["n"] == len(ones) and one["u"] == pytest.approx(sum(ones) / len(ones))
+    # Rows of another world are refused by name.
+    with pytest.raises(DataError, match="run 'x' has a question that is not in this world"):
+        by_kind(files["world"], {"x": [{"record_id": "elsewhere-1", "outcome": "wrong"}]})
+
 def test_audit_of_world_v1_finds_what_the_issue_measured(tmp_path):
     from awarl.eval.world_audit import audit_world
 

@@ -154,6 +154,30 @@ def test_aggregation_reports_terms_held_out_and_compute(tmp_path):
     assert "| 3840 | 384 |" in text  # probe rollouts per run reported beside the training rollouts
 
 
+
+def test_aggregation_shows_held_out_numbers_by_kind_of_question_on_a_world_v2(tmp_path):
+    from awarl.data.world import WorldConfig, generate_world, write_world
+
+    world = generate_world(WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0))
+    files = write_world(world, study.base_folder(tmp_path, "T1", 0) / "world")
+    held = [q for q in json.loads(files["world"].read_text())["questions"] if q["split"] == "eval"]
+    for arm, outcome in (("awa_g0.5", "abstain"), ("none", "wrong")):
+        record(tmp_path, "T1", arm, 0)
+        trajectories = arm_folder(tmp_path, "T1", arm, 0) / "eval" / "trajectories.jsonl"
+        trajectories.parent.mkdir(parents=True)
+        trajectories.write_text("".join(json.dumps({"record_id": q["record_id"], "p": 0.25, "answerable": q["u"] is not None,
+                                                    "outcome": "correct" if q["u"] is not None and q["u"] > 0.9 else outcome})
+                                        + "\n" for q in held))
+    record(tmp_path, "T1", "static_0.5", 0)  # no evaluation folder: no rows by kind, and no column
+    table = aggregate(load_runs(tmp_path))
+    kinds = {k["kind"]: k for k in table["T1"]["awa_g0.5"]["per_seed"][0]["by_kind"]}
+    assert sum(k["n"] for k in kinds.values()) == len(held)
+    assert kinds["missing"]["runs"]["awa_g0.5"] == {"accuracy": 0.0, "refusal": 1.0}
+    assert table["T1"]["static_0.5"]["per_seed"][0]["by_kind"] is None
+    text = markdown(table, claims(table))
+    assert "| kind | questions per seed | u | base p_i | awa_g0.5 | none |" in text
+    assert f"| missing | {kinds['missing']['n']} | – | 0.25 | 0.00 / 1.00 | 0.00 / 0.00 |" in text
+
 # -- the paired-seed rule ------------------------------------------------------------------------------------
 def test_paired_seed_rule():
     assert paired_seed_rule({0: 0.01, 1: 0.0, 2: 0.2}) == (True, "at every seed (3)")
