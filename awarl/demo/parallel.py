@@ -9,7 +9,10 @@ directory of the demo and the demo's log as its stdout and stderr (inherited fil
 A job is a top-level function and keyword arguments (both picklable). With one worker every job
 runs in this process, one after another. A job that fails stops the stage: the others already
 running finish, their outputs stay (every job resumes), and the first error is raised again in
-this process, as its own type (so the CLI's exit codes hold), with a note naming the job.
+this process, as its own type (so the CLI's exit codes hold), with a note naming the job. A worker
+ends itself within a second of its parent ending by any means (a `kill`, a scheduler's SIGTERM, an
+out-of-memory kill), so a killed demo leaves no job writing into its folder behind it, and a rerun
+resumes alone.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def run_jobs(jobs: Sequence[Job], workers: int) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")  # a fork would copy torch's thread pools and locks
     results: dict[str, Any] = {}
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context,
-                             initializer=_start_worker, initargs=(threads, os.getcwd())) as pool:
+                             initializer=_start_worker, initargs=(threads, os.getcwd(), os.getpid())) as pool:
         futures = {pool.submit(_run, job.func, job.kwargs): job.name for job in jobs}
         failed: list[tuple[str, BaseException]] = []
         for future, name in futures.items():
@@ -102,10 +105,24 @@ def quiet_libraries() -> None:
     warnings.simplefilter("default")
 
 
-def _start_worker(threads: int, cwd: str) -> None:
+def _start_worker(threads: int, cwd: str, parent: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch is imported in this process
     os.chdir(cwd)
     quiet_libraries()
+    import threading
+
+    threading.Thread(target=_end_with, args=(parent,), name="awarl-parent-watch", daemon=True).start()
+
+
+def _end_with(parent: int, every: float = 0.5) -> None:
+    """End this worker once ``parent`` is gone (it is then re-parented): a job must not outlive the demo
+    that started it, or a rerun would find it still writing the same checkpoints."""
+    import signal
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(every)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run(func: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
