@@ -202,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "aggregate":
         return aggregate(args.out)
     if args.command == "run-one":
+        from awarl.demo.parallel import end_with_parent
+
+        end_with_parent()  # killing `run` (to pause the study) ends its jobs too; a rerun resumes them
         if args.arm == "base":
             build_base(args.out, args.tier, args.seed, args.recipe)
         else:

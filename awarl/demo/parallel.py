@@ -109,14 +109,20 @@ def _start_worker(threads: int, cwd: str, parent: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch is imported in this process
     os.chdir(cwd)
     quiet_libraries()
+    end_with_parent(parent)
+
+
+def end_with_parent(parent: int | None = None) -> None:
+    """End this process (SIGTERM to itself) within a second of ``parent`` (default: the current parent)
+    ending, by a thread that watches for it: a job must not outlive the command that started it, or a
+    rerun would find it still writing the same checkpoints. The fidelity study's jobs use it too."""
     import threading
 
+    parent = os.getppid() if parent is None else parent
     threading.Thread(target=_end_with, args=(parent,), name="awarl-parent-watch", daemon=True).start()
 
 
 def _end_with(parent: int, every: float = 0.5) -> None:
-    """End this worker once ``parent`` is gone (it is then re-parented): a job must not outlive the demo
-    that started it, or a rerun would find it still writing the same checkpoints."""
     import signal
     import time
 
