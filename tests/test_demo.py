@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -207,8 +208,48 @@ def test_quick_overrides_and_floors():
     full, quick = DemoRecipe.load(DEFAULT_RECIPE), DemoRecipe.load(DEFAULT_RECIPE, quick=True, seed=7)
     assert quick.train["sft"]["args"]["max_steps"] < full.train["sft"]["args"]["max_steps"]
     assert quick.world["persons"] < full.world["persons"] and quick.world["seed"] == 7 and quick.train["seed"] == 7
-    assert full.floors == {"sft_accuracy_answerable": 0.3, "refusal_gap": 0.1}
+    assert full.floors == {"sft_accuracy_answerable": 0.3, "refusal_gap": 0.1, "ceiling_gap": 0.1}
     assert quick.floors["sft_accuracy_answerable"] == 0.3  # a real bound, the full demo's
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("floors.full.refusal_gapp=0.1", "floors.full.refusal_gapp is not a quality check (known: sft_accuracy_answerable"),
+    ("floors.full.ceiling_gap=near", "floors.full.ceiling_gap must be a number, got 'near'"),
+    ("floors.full=[0.1]", "floors.full must map check names to numbers"),
+])
+def test_a_floor_that_checks_nothing_is_refused_by_name(override, problem):
+    from awarl.demo import DemoError
+
+    with pytest.raises(DemoError, match=re.escape(problem)):
+        DemoRecipe.load(DEFAULT_RECIPE, overrides=[override])
+
+
+def test_quality_checks_grade_each_arm_by_its_own_floor():
+    """The refusal gap for an arm with a training target, the ceiling gap for a `none` arm against mean(u)."""
+    from types import SimpleNamespace
+
+    from awarl.demo.report import mean_ceiling, quality_checks
+
+    warned: list[str] = []
+    demo = SimpleNamespace(recipe=SimpleNamespace(floors={"sft_accuracy_answerable": 0.3, "refusal_gap": 0.1,
+                                                          "ceiling_gap": 0.1}), warn=warned.append)
+    arms = {"awa": {"reward": {"kind": "awa"}, "expected_refusal": 0.65,
+                    "after_rl": {"refusal_rate": 0.51, "accuracy_answerable": 0.41}},
+            "none": {"reward": {"kind": "none"}, "expected_refusal": None,
+                     "after_rl": {"refusal_rate": 0.28, "accuracy_answerable": 0.37}}}
+    kinds = [{"answerable": True, "n": 30, "u": 0.9}, {"answerable": True, "n": 10, "u": 0.2},
+             {"answerable": False, "n": 20, "u": None}]
+    assert mean_ceiling(kinds) == pytest.approx(0.725) and mean_ceiling(None) is None
+    checks = quality_checks(demo, {"accuracy_answerable": 0.46}, arms, mean_ceiling(kinds))
+    assert set(checks) == {"sft_accuracy_answerable", "refusal_gap (awa)", "ceiling_gap (none)"}
+    assert checks["refusal_gap (awa)"]["value"] == pytest.approx(0.14) and not checks["refusal_gap (awa)"]["passed"]
+    assert checks["ceiling_gap (none)"]["value"] == pytest.approx(0.355) and not checks["ceiling_gap (none)"]["passed"]
+    assert [w.split(" = ")[0] for w in warned] == ["quality floor missed: refusal_gap (awa)",
+                                                   "quality floor missed: ceiling_gap (none)"]
+    assert '"By kind of question"' in warned[1]
+    arms["none"]["after_rl"]["accuracy_answerable"] = 0.70  # within 0.1 of mean(u): passed; world v1: not checked
+    assert quality_checks(demo, {"accuracy_answerable": 0.46}, arms, mean_ceiling(kinds))["ceiling_gap (none)"]["passed"]
+    assert "ceiling_gap (none)" not in quality_checks(demo, {"accuracy_answerable": 0.46}, arms, None)
 
 
 def test_set_overrides_apply_after_quick_and_reach_the_world(tmp_path):

@@ -77,8 +77,7 @@ class DemoRecipe:
         capability = raw.get("capability") or {}
         train = {k: copy.deepcopy(v) for k, v in raw.items() if k not in DEMO_KEYS}
         train["seed"] = seed
-        floors = raw.get("floors") or {}
-        floors = dict(floors.get("quick" if quick else "full") or {})
+        floors = _floors(raw.get("floors") or {}, "quick" if quick else "full", path)
         return cls(world, _abstain_share(raw.get("warm_start") or {}, path), dict(raw.get("shape") or {}),
                    int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path),
                    *_warm_copies(raw.get("warm_start") or {}, path), _rename_ids(raw.get("warm_start") or {}, path),
@@ -141,6 +140,30 @@ def _abstain_share(warm: Any, path: Path) -> float:
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
         raise DemoError(f"{path}: warm_start.abstain_share must be a number in [0, 1], got {share!r}")
     return float(share)
+
+
+FLOORS = {
+    "sft_accuracy_answerable": "the SFT checkpoint's held-out accuracy on answerable questions is at least this",
+    "refusal_gap": "an AWA arm's held-out refusal is within this of its training target",
+    "ceiling_gap": "a `none` arm's held-out accuracy on answerable questions is within this of mean(u), the "
+                   "world's mean ceiling (world v2): RL neither beats the ceiling nor breaks the reader",
+}
+"""The quality checks a recipe's ``floors:`` may name (`awarl.demo.report.quality_checks`)."""
+
+
+def _floors(raw: Any, mode: str, path: Path) -> dict[str, float]:
+    """``floors.<mode>``: known names (`FLOORS`), numbers; a misspelt floor would silently check nothing."""
+    if not isinstance(raw, dict):
+        raise DemoError(f"{path}: floors must map full / quick to their checks, got {raw!r}")
+    floors = raw.get(mode) or {}
+    if not isinstance(floors, dict):
+        raise DemoError(f"{path}: floors.{mode} must map check names to numbers, got {floors!r}")
+    for name, value in floors.items():
+        if name not in FLOORS:
+            raise DemoError(f"{path}: floors.{mode}.{name} is not a quality check (known: {', '.join(FLOORS)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DemoError(f"{path}: floors.{mode}.{name} must be a number, got {value!r}")
+    return {name: float(value) for name, value in floors.items()}
 
 
 def _clarified_share(warm: Any, path: Path) -> float:

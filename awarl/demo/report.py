@@ -122,9 +122,11 @@ def capability_section(path: Path, world_json: Path | None = None) -> dict[str, 
     }
 
 
-def quality_checks(demo: Any, before: dict[str, Any], arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The recipe's floors against this run (the refusal gap for every arm with a training target); a miss
-    is a loud warning."""
+def quality_checks(demo: Any, before: dict[str, Any], arms: dict[str, dict[str, Any]],
+                   mean_u: float | None = None) -> dict[str, Any]:
+    """The recipe's floors against this run (`awarl.demo.recipe.FLOORS`: the refusal gap for every arm with a
+    training target, the ceiling gap for every `none` arm where the world records ceilings, ``mean_u`` over the
+    held-out answerable questions); a miss is a loud warning."""
     floors = demo.recipe.floors
     checks = {}
     if "sft_accuracy_answerable" in floors:
@@ -139,9 +141,15 @@ def quality_checks(demo: Any, before: dict[str, Any], arms: dict[str, dict[str, 
             checks[f"refusal_gap ({name})"] = {"value": gap, "floor": floors["refusal_gap"],
                                                "passed": gap <= floors["refusal_gap"], "refusal_after": refusal,
                                                "expected": expected}
+        if "ceiling_gap" in floors and mean_u is not None and arm["reward"]["kind"] == "none":
+            value = arm["after_rl"]["accuracy_answerable"]
+            checks[f"ceiling_gap ({name})"] = {"value": abs(value - mean_u), "floor": floors["ceiling_gap"],
+                                               "passed": abs(value - mean_u) <= floors["ceiling_gap"],
+                                               "accuracy_answerable": value, "mean_u": mean_u}
     for name, check in checks.items():
         if not check["passed"]:
-            where = ", \"Refusal where the AWA target abstains and where it answers\"" if name.startswith("refusal_gap") else ""
+            where = {"refusal_gap": ", \"Refusal where the AWA target abstains and where it answers\"",
+                     "ceiling_gap": ", \"By kind of question\""}.get(name.split(" ")[0], "")
             demo.warn(f"quality floor missed: {name} = {check['value']:.3f} (floor {check['floor']}); see report.md{where}")
     return checks
 
@@ -178,6 +186,7 @@ def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> d
     before = run_summary(results["sft"], before_rows)
     arms = {name: arm_section(demo, name, results[name], before_rows) for name in demo.arms}
     steps = {name: arm.pop("steps") for name, arm in arms.items()}
+    kinds = kind_section(p, world, before_rows, demo.arms)
     metrics = {
         "mode": "quick" if demo.quick else "full", "seed": demo.seed, "workers": demo.workers, "world": world.stats(),
         "warm_start_abstain_share": demo.recipe.abstain_share, "rollout": demo.rollout.to_dict(),
@@ -185,8 +194,9 @@ def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> d
         "capability": {split: capability_section(p.p_file(split), p.world / "world.json" if world.config.version >= 2
                                                  else None) for split in ("rl", "eval")},
         "before_rl": before, "before_rl_refusal_by_p": refusal_by_p(before_rows), "arms": arms,
-        "by_kind": kind_section(p, world, before_rows, demo.arms),
-        "checks": quality_checks(demo, before, arms), "timings_s": demo.timings, "warnings": demo.warnings,
+        "by_kind": kinds,
+        "checks": quality_checks(demo, before, arms, mean_ceiling(kinds)), "timings_s": demo.timings,
+        "warnings": demo.warnings,
     }
     plots = write_plots(p.report, steps, metrics)
     metrics["plots"] = {k: str(v.relative_to(p.root)) for k, v in plots.items() if v is not None}
@@ -206,6 +216,13 @@ def kind_section(paths: Any, world: Any, before_rows: list[dict[str, Any]], arms
         return None
     return by_kind(paths.world / "world.json",
                    {"before RL": before_rows, **{name: outcome_rows(paths.eval / name) for name in arms}})
+
+
+def mean_ceiling(kinds: list[dict[str, Any]] | None) -> float | None:
+    """mean(u) over the answerable questions of `kind_section`'s rows (None without them)."""
+    rows = [k for k in kinds or [] if k["answerable"] and k["u"] is not None]
+    n = sum(k["n"] for k in rows)
+    return sum(k["u"] * k["n"] for k in rows) / n if n else None
 
 
 def last_window(steps: list[dict[str, Any]], n: int = 10) -> dict[str, float]:
@@ -391,6 +408,7 @@ def _clarified_line(m: dict[str, Any]) -> str:
 
 def report_markdown(m: dict[str, Any]) -> str:
     """report.md from the metrics."""
+    from awarl.demo.recipe import FLOORS
     lines = [
         f"# awarl demo report ({m['mode']}, seed {m['seed']})", "",
         "GRPO arms that differ only in their reward, trained from one SFT checkpoint and its p_i and evaluated on this "
@@ -418,6 +436,7 @@ def report_markdown(m: dict[str, Any]) -> str:
         "![before vs after](before_after.png)", "", "![refusal by p_i](refusal_by_p.png)", "",
         "## Quality checks", "",
         *(f"- {name}: {c['value']:.3f} (floor {c['floor']}) — {'passed' if c['passed'] else '**missed**'}"
+          + (f" ({FLOORS[name.split(' ')[0]]})" if name.split(" ")[0] in FLOORS else "")
           for name, c in m["checks"].items()), "",
         f"## Time (seconds, this machine, workers: {m.get('workers', 1)})", "",
         *(f"- {k}: {v}" for k, v in m["timings_s"].items()), "",
