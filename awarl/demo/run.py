@@ -299,10 +299,15 @@ class Demo:
                     f"{c.name} {c.value:.2f}" + ("" if c.ok else f" (bound {c.bound}: missed)") for c in spread.checks))
                 missed = [c.name for c in spread.checks if not c.ok]
                 if missed and split == "rl":
+                    why = ("The tiny model reads the questions whose results show several people of one name far below "
+                           "their ceilings, and every kind with a ceiling in (0.2, 0.5) is such a kind, so their p_i falls "
+                           "to <= 0.2: the shipped recipe's bases miss the middle share at every seed and CPU kernel "
+                           "measured (docs/fidelity.md, \"By kind of question\"; the report's table by kind); AWA then "
+                           "has few questions it is unsure of to shape." if missed == ["share p in (0.2, 0.5)"] else
+                           "The base's p_i does not follow the world's ceilings as the study needs; the report's table by "
+                           "kind of question shows where it reads below them.")
                     self.warn(f"p_i (rl): the base misses the spread bounds of docs/fidelity.md (World v2, a base with "
-                              f"spread): {', '.join(missed)}. The tiny model's p_i sits mostly near 0 or 1, so the "
-                              "shipped recipe's bases miss the middle share at most seeds and CPU kernels (docs/benchmarks.md, "
-                              "\"The recipe at 0.2 and 2,400 steps\"); AWA then has few questions it is unsure of to shape.")
+                              f"spread): {', '.join(missed)}. {why}")
             if messages:
                 self.warn(f"p_i ({split}): {' '.join(messages)} The demo's SFT stage is sft.args.max_steps in the "
                           "recipe (the world v2 model reads its search results after ~800 steps); rerun with a new --out.")
