@@ -34,6 +34,8 @@ from awarl.eval.study import (  # noqa: E402
 RECIPE = ROOT / "configs" / "demo_world.yaml"
 SAMPLED = 2
 """Sampled held-out evaluations per arm (T = 1), each its own seed."""
+PARENT_ENV = "AWARL_STUDY_PARENT"
+"""The `run` process's id, handed to each job it spawns (a job ends when it does; read before the imports)."""
 
 
 def _demo(out: Path, tier: str, seed: int, recipe: Path, terminal: Any):
@@ -114,7 +116,7 @@ def _check_study(out: Path, tier: str, recipe: Path) -> None:
 
 
 def _spawn(args: list[str]) -> int:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", PARENT_ENV: str(os.getpid())}
     print("== " + " ".join(args), flush=True)
     return subprocess.call([sys.executable, str(Path(__file__).resolve()), "run-one", *args], env=env)
 
@@ -204,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run-one":
         from awarl.demo.parallel import end_with_parent
 
-        end_with_parent()  # killing `run` (to pause the study) ends its jobs too; a rerun resumes them
+        # killing `run` (to pause the study) ends its jobs too; a rerun resumes them
+        end_with_parent(int(os.environ[PARENT_ENV]) if os.environ.get(PARENT_ENV, "").isdigit() else None)
         if args.arm == "base":
             build_base(args.out, args.tier, args.seed, args.recipe)
         else:

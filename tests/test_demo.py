@@ -72,7 +72,11 @@ def test_the_quick_demo_writes_everything_meets_its_floors_and_resumes(quick_dem
     assert sum(k["n"] for k in kinds.values()) == saved["world"]["eval"]["questions"]
     assert {"1/1@0", "missing", "near_miss_variant", "near_miss_relation"} <= set(kinds)
     assert all(set(k["runs"]) == {"before RL", "awa", "none"} for k in kinds.values())
-    assert all(k["runs"]["awa"]["accuracy"] == 0.0 for k in kinds.values() if not k["answerable"])
+    runs = {"before RL": saved["before_rl"], **{name: arm["after_rl"] for name, arm in saved["arms"].items()}}
+    for name, run in runs.items():  # the kinds add up to each run's held-out accuracy and refusal
+        for key, rate in (("accuracy", "accuracy"), ("refusal", "refusal_rate")):
+            total = sum(k["runs"][name][key] * k["runs"][name]["n"] for k in kinds.values())
+            assert total / saved["world"]["eval"]["questions"] == pytest.approx(run[rate]), (name, key)
     assert "### By kind of question" in (quick_demo_dir / "report/report.md").read_text()
     steps = quick.train["grpo"]["max_steps"]
     assert all(arm["grpo_steps"] == steps and arm["refusal_by_p"] for arm in saved["arms"].values())
@@ -216,6 +220,8 @@ def test_quick_overrides_and_floors():
     ("floors.full.refusal_gapp=0.1", "floors.full.refusal_gapp is not a quality check (known: sft_accuracy_answerable"),
     ("floors.full.ceiling_gap=near", "floors.full.ceiling_gap must be a number, got 'near'"),
     ("floors.full=[0.1]", "floors.full must map check names to numbers"),
+    ("floors.quick.sft_accuracy=0.3", "floors.quick.sft_accuracy is not a quality check"),  # checked in a full run too
+    ("floors.ful.refusal_gap=0.1", "floors.ful is not a mode (floors has full and quick)"),
 ])
 def test_a_floor_that_checks_nothing_is_refused_by_name(override, problem):
     from awarl.demo import DemoError
@@ -228,7 +234,7 @@ def test_quality_checks_grade_each_arm_by_its_own_floor():
     """The refusal gap for an arm with a training target, the ceiling gap for a `none` arm against mean(u)."""
     from types import SimpleNamespace
 
-    from awarl.demo.report import mean_ceiling, quality_checks
+    from awarl.demo.report import quality_checks
 
     warned: list[str] = []
     demo = SimpleNamespace(recipe=SimpleNamespace(floors={"sft_accuracy_answerable": 0.3, "refusal_gap": 0.1,
@@ -237,10 +243,8 @@ def test_quality_checks_grade_each_arm_by_its_own_floor():
                     "after_rl": {"refusal_rate": 0.51, "accuracy_answerable": 0.41}},
             "none": {"reward": {"kind": "none"}, "expected_refusal": None,
                      "after_rl": {"refusal_rate": 0.28, "accuracy_answerable": 0.37}}}
-    kinds = [{"answerable": True, "n": 30, "u": 0.9}, {"answerable": True, "n": 10, "u": 0.2},
-             {"answerable": False, "n": 20, "u": None}]
-    assert mean_ceiling(kinds) == pytest.approx(0.725) and mean_ceiling(None) is None
-    checks = quality_checks(demo, {"accuracy_answerable": 0.46}, arms, mean_ceiling(kinds))
+    mean_u = 0.725
+    checks = quality_checks(demo, {"accuracy_answerable": 0.46}, arms, mean_u)
     assert set(checks) == {"sft_accuracy_answerable", "refusal_gap (awa)", "ceiling_gap (none)"}
     assert checks["refusal_gap (awa)"]["value"] == pytest.approx(0.14) and not checks["refusal_gap (awa)"]["passed"]
     assert checks["ceiling_gap (none)"]["value"] == pytest.approx(0.355) and not checks["ceiling_gap (none)"]["passed"]
@@ -248,7 +252,7 @@ def test_quality_checks_grade_each_arm_by_its_own_floor():
                                                    "quality floor missed: ceiling_gap (none)"]
     assert '"By kind of question"' in warned[1]
     arms["none"]["after_rl"]["accuracy_answerable"] = 0.70  # within 0.1 of mean(u): passed; world v1: not checked
-    assert quality_checks(demo, {"accuracy_answerable": 0.46}, arms, mean_ceiling(kinds))["ceiling_gap (none)"]["passed"]
+    assert quality_checks(demo, {"accuracy_answerable": 0.46}, arms, mean_u)["ceiling_gap (none)"]["passed"]
     assert "ceiling_gap (none)" not in quality_checks(demo, {"accuracy_answerable": 0.46}, arms, None)
 
 

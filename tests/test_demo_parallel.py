@@ -40,50 +40,57 @@ def test_a_failed_job_raises_its_own_error_naming_the_job():
 
 
 _ORPHAN = """
-import os, sys, time
+import functools, time
 from awarl.demo.parallel import Job, run_jobs
-run_jobs([Job("a", time.sleep, {"secs": 600}), Job("b", time.sleep, {"secs": 600})], workers=2)
+run_jobs([Job("a", functools.partial(time.sleep, 600)), Job("b", functools.partial(time.sleep, 600))], workers=2)
 """
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/cmdline"), reason="reads /proc (Linux)")
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
 def test_workers_end_when_the_demo_is_killed(tmp_path):
-    """A demo killed outright (SIGKILL: no handler runs) leaves no worker behind."""
+    """A demo killed outright (SIGKILL: no handler runs) while its workers run their jobs leaves no worker behind."""
     parent = subprocess.Popen([sys.executable, "-c", _ORPHAN], cwd=tmp_path)
+    workers: list[int] = []
     try:
-        workers: list[int] = []
         deadline = time.monotonic() + 60
-        while len(workers) < 2 and time.monotonic() < deadline:  # both workers started and running a job
+        while time.monotonic() < deadline:  # both workers started and inside their job (torch imported first)
+            workers = [pid for pid in _children(parent.pid) if b"spawn_main" in _read(f"/proc/{pid}/cmdline")]
+            if len(workers) == 2 and all(b"torch" in _read(f"/proc/{pid}/maps") for pid in workers):
+                break
             time.sleep(0.2)
-            out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(parent.pid)], capture_output=True, text=True).stdout
-            workers = [int(pid) for pid in out.split() if b"spawn_main" in _cmdline(int(pid))]
         assert len(workers) == 2, "the workers did not start"
         time.sleep(1.0)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
         deadline = time.monotonic() + 10
-        alive = workers
-        while alive and time.monotonic() < deadline:
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.2)
-            alive = [pid for pid in workers if _alive(pid)]
-        assert not alive, f"workers {alive} outlived the demo"
+        assert not [pid for pid in workers if _running(pid)], "a worker outlived the demo"
     finally:
-        if parent.poll() is None:
-            parent.kill()
+        for pid in [parent.pid, *workers]:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
-def _alive(pid: int) -> bool:
+def _read(path: str) -> bytes:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = open(f"/proc/{pid}/stat").read() if os.path.exists(f"/proc/{pid}/stat") else ""
-    return " Z " not in stat  # a zombie has ended; it waits only for its new parent to reap it
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
+        with open(path, "rb") as f:
             return f.read()
     except OSError:
         return b""
+
+
+def _stat(pid: int) -> list[bytes]:
+    """The fields of /proc/<pid>/stat after the command name: state, parent pid, … (empty once it is gone)."""
+    text = _read(f"/proc/{pid}/stat")
+    return text[text.rfind(b")") + 2:].split() if text else []
+
+
+def _children(pid: int) -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and _stat(int(entry))[1:2] == [str(pid).encode()]]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has ended; it waits only for its new parent to reap it)."""
+    state = _stat(pid)[:1]
+    return bool(state) and state != [b"Z"]

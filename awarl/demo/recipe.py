@@ -152,18 +152,24 @@ FLOORS = {
 
 
 def _floors(raw: Any, mode: str, path: Path) -> dict[str, float]:
-    """``floors.<mode>``: known names (`FLOORS`), numbers; a misspelt floor would silently check nothing."""
+    """``floors.<mode>``, both modes checked whichever runs: known names (`FLOORS`), numbers; a misspelt
+    floor or mode would silently check nothing."""
     if not isinstance(raw, dict):
         raise DemoError(f"{path}: floors must map full / quick to their checks, got {raw!r}")
-    floors = raw.get(mode) or {}
-    if not isinstance(floors, dict):
-        raise DemoError(f"{path}: floors.{mode} must map check names to numbers, got {floors!r}")
-    for name, value in floors.items():
-        if name not in FLOORS:
-            raise DemoError(f"{path}: floors.{mode}.{name} is not a quality check (known: {', '.join(FLOORS)})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise DemoError(f"{path}: floors.{mode}.{name} must be a number, got {value!r}")
-    return {name: float(value) for name, value in floors.items()}
+    for key in raw:
+        if key not in ("full", "quick"):
+            raise DemoError(f"{path}: floors.{key} is not a mode (floors has full and quick)")
+    for name_of_mode in ("full", "quick"):
+        floors = raw.get(name_of_mode) or {}
+        if not isinstance(floors, dict):
+            raise DemoError(f"{path}: floors.{name_of_mode} must map check names to numbers, got {floors!r}")
+        for name, value in floors.items():
+            if name not in FLOORS:
+                raise DemoError(f"{path}: floors.{name_of_mode}.{name} is not a quality check "
+                                f"(known: {', '.join(FLOORS)})")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise DemoError(f"{path}: floors.{name_of_mode}.{name} must be a number, got {value!r}")
+    return {name: float(value) for name, value in (raw.get(mode) or {}).items()}
 
 
 def _clarified_share(warm: Any, path: Path) -> float:

@@ -195,7 +195,7 @@ def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> d
                                                  else None) for split in ("rl", "eval")},
         "before_rl": before, "before_rl_refusal_by_p": refusal_by_p(before_rows), "arms": arms,
         "by_kind": kinds,
-        "checks": quality_checks(demo, before, arms, mean_ceiling(kinds)), "timings_s": demo.timings,
+        "checks": quality_checks(demo, before, arms, world.stats()["eval"].get("mean_u")), "timings_s": demo.timings,
         "warnings": demo.warnings,
     }
     plots = write_plots(p.report, steps, metrics)
@@ -216,13 +216,6 @@ def kind_section(paths: Any, world: Any, before_rows: list[dict[str, Any]], arms
         return None
     return by_kind(paths.world / "world.json",
                    {"before RL": before_rows, **{name: outcome_rows(paths.eval / name) for name in arms}})
-
-
-def mean_ceiling(kinds: list[dict[str, Any]] | None) -> float | None:
-    """mean(u) over the answerable questions of `kind_section`'s rows (None without them)."""
-    rows = [k for k in kinds or [] if k["answerable"] and k["u"] is not None]
-    n = sum(k["n"] for k in rows)
-    return sum(k["u"] * k["n"] for k in rows) / n if n else None
 
 
 def last_window(steps: list[dict[str, Any]], n: int = 10) -> dict[str, float]:
@@ -347,25 +340,20 @@ def _refusal_by_target_lines(m: dict[str, Any]) -> list[str]:
 
 def _by_kind_table(m: dict[str, Any]) -> list[str]:
     """Held-out accuracy / refusal per kind of question (world v2): where each run's numbers come from."""
+    from awarl.eval.world_audit import kind_markdown
+
     kinds = m.get("by_kind")
     if not kinds:
         return []
-    names = list(kinds[0]["runs"])
-    cell = (lambda r: "–" if r is None else f"{r['accuracy']:.2f} / {r['refusal']:.2f}")
     return ["### By kind of question", "",
             "Held-out accuracy / refusal per kind of question. Answerable kinds are named by their ceiling's cues, "
             "`m/j@f`: m people share the person's name, j of them lead to the gold country, and the search silently "
             "returns a conflicting passage in a share f of rollouts; u is what the best reader reaches there in "
-            "expectation (a sample of questions can land above it), p_i the SFT checkpoint's mean. Unanswerable kinds: `missing` (the needed fact is absent), `near_miss_variant` (a "
-            "city one letter away has it), `near_miss_relation` (the other relation's city has it). Abstaining is the "
-            "better bet where p_i is low; on the unanswerable kinds it is the only right reply.", "",
-            "| kind | questions | u | p_i | " + " | ".join(names) + " |", "|---" * (len(names) + 4) + "|",
-            *(f"| {k['kind']} | {k['n']} | {_fmt2(k['u'])} | {_fmt2(k['p'])} | "
-              + " | ".join(cell(k["runs"].get(n)) for n in names) + " |" for k in kinds), ""]
-
-
-def _fmt2(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
+            "expectation (a sample of questions can land above it), p_i the SFT checkpoint's mean. Unanswerable "
+            "kinds: `missing` (the needed fact is absent), `near_miss_variant` (a city one letter away has it), "
+            "`near_miss_relation` (the other relation's city has it). Abstaining is the better bet where p_i is low; "
+            "on the unanswerable kinds it is the only right reply.", "",
+            *kind_markdown(kinds, list(kinds[0]["runs"])), ""]
 
 
 def _capability_table(cap: dict[str, dict[str, Any]]) -> list[str]:

@@ -292,18 +292,18 @@ class Demo:
             messages = summary.warnings()
             world_json = self.paths.world / "world.json"
             if int(self.recipe.world.get("version", 1)) >= 2 and world_json.exists():
-                from awarl.eval.world_audit import base_spread
+                from awarl.eval.world_audit import MIDDLE_SHARE, base_spread
 
                 spread = base_spread(out, world_json)
                 self.display.print(f"  p_i ({split}) spread on answerable questions: " + ", ".join(
                     f"{c.name} {c.value:.2f}" + ("" if c.ok else f" (bound {c.bound}: missed)") for c in spread.checks))
                 missed = [c.name for c in spread.checks if not c.ok]
                 if missed and split == "rl":
-                    why = ("The tiny model reads the questions whose results show several people of one name far below "
-                           "their ceilings, and every kind with a ceiling in (0.2, 0.5) is such a kind, so their p_i falls "
-                           "to <= 0.2: the shipped recipe's bases miss the middle share at every seed and CPU kernel "
-                           "measured (docs/fidelity.md, \"By kind of question\"; the report's table by kind); AWA then "
-                           "has few questions it is unsure of to shape." if missed == ["share p in (0.2, 0.5)"] else
+                    why = ("Every kind of question with a ceiling in (0.2, 0.5) shows several people of one name, and "
+                           "the tiny model reads those far below their ceilings, so most of them get p <= 0.2 (the "
+                           "report's table by kind of question; the shipped recipe's bases miss this share at every "
+                           "seed and CPU kernel measured: docs/fidelity.md, \"By kind of question\"); AWA then has few "
+                           "questions it is unsure of to shape." if missed == [MIDDLE_SHARE] else
                            "The base's p_i does not follow the world's ceilings as the study needs; the report's table by "
                            "kind of question shows where it reads below them.")
                     self.warn(f"p_i (rl): the base misses the spread bounds of docs/fidelity.md (World v2, a base with "

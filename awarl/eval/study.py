@@ -337,8 +337,13 @@ def run_summary(run: Run) -> dict[str, Any]:
 
 def run_by_kind(run: Run) -> list[dict[str, Any]] | None:
     """Held-out greedy accuracy and refusal per kind of question (`awarl.eval.world_audit.by_kind`), from the
-    run's ``eval/`` folder and its base's world.json; None where either is missing (a recorded run, world v1)."""
+    run's ``eval/`` folder and its base's world.json; None where either is missing (a recorded run), the world is
+    v1, or the evaluation is of another world than the base's (a base rebuilt after the run: logged, so one
+    stale run does not stop the aggregate)."""
+    import logging
+
     from awarl.data.records import iter_jsonl
+    from awarl.errors import DataError
     from awarl.eval.world_audit import by_kind
 
     if run.folder is None:
@@ -347,9 +352,15 @@ def run_by_kind(run: Run) -> list[dict[str, Any]] | None:
     trajectories = run.folder / "eval" / "trajectories.jsonl"
     if not world.exists() or not trajectories.exists():
         return None
-    if json.loads(world.read_text(encoding="utf-8"))["config"].get("version", 1) < 2:
+    data = json.loads(world.read_text(encoding="utf-8"))
+    if data["config"].get("version", 1) < 2:
         return None
-    return by_kind(world, {run.arm: [row for _, row in iter_jsonl(trajectories)]})
+    try:
+        return by_kind(data, {run.arm: [row for _, row in iter_jsonl(trajectories)]})
+    except DataError as exc:
+        logging.getLogger(__name__).warning("%s: no table by kind for %s/%s/seed%d: %s", world, run.tier, run.arm,
+                                            run.seed, exc)
+        return None
 
 
 def mean_sd(values: Sequence[float | None]) -> tuple[float | None, float | None]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,7 @@ def tier_table(tier: str, arms: dict[str, Any]) -> list[str]:
     (training target beside batch refusal) and compute (training and probe rollouts)."""
     held = [("greedy", k) for k in HELD_OUT] + [("sampled", k) for k in ("precision", "accuracy", "refusal_rate")]
     terms = [("late", k) for k in BATCH_COLUMNS] + [("", "min_P"), ("", "plateau_sd"), ("", "heldout_target")]
-    order = [a.name for a in TIERS[tier].arms if a.name in arms] if tier in TIERS else []
-    names = order + sorted(set(arms) - set(order))
+    names = arm_order(tier, arms)
     lines = [f"### {tier}: {TIERS[tier].title}" if tier in TIERS else f"### {tier}", ""]
     for cols, extra in ((held, False), (terms, True)):
         head = [f"{mode} {key}".strip() for mode, key in cols] + (
@@ -39,31 +39,51 @@ def tier_table(tier: str, arms: dict[str, Any]) -> list[str]:
     return lines
 
 
+def arm_order(tier: str, arms: dict[str, Any]) -> list[str]:
+    """A tier's arms in the order its design lists them, then any others by name."""
+    order = [a.name for a in TIERS[tier].arms if a.name in arms] if tier in TIERS else []
+    return order + sorted(set(arms) - set(order))
+
+
+@dataclass
+class _KindMeans:
+    """One kind's numbers over a tier's seeds, gathered before they are averaged."""
+
+    answerable: bool
+    n: list[float] = field(default_factory=list)
+    u: list[float | None] = field(default_factory=list)
+    p: list[float | None] = field(default_factory=list)
+    runs: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+    def row(self, kind: str) -> dict[str, Any]:
+        return {"kind": kind, "answerable": self.answerable, "n": mean_sd(self.n)[0], "u": mean_sd(self.u)[0],
+                "p": mean_sd(self.p)[0],
+                "runs": {name: {key: mean_sd([r[key] for r in rs])[0] for key in ("accuracy", "refusal")}
+                         for name, rs in self.runs.items()}}
+
+
 def kind_table(tier: str, arms: dict[str, Any]) -> list[str]:
     """Held-out greedy accuracy / refusal per kind of question (world v2), mean over each arm's seeds; u and the
     base's p_i are means over the seeds' worlds and bases. Empty where no run has the rows (world v1)."""
-    order = [a.name for a in TIERS[tier].arms if a.name in arms] if tier in TIERS else []
-    names = [a for a in order + sorted(set(arms) - set(order))
-             if any(s.get("by_kind") for s in arms[a]["per_seed"].values())]
+    from awarl.eval.world_audit import kind_markdown, kind_order
+
+    names = [a for a in arm_order(tier, arms) if any(s.get("by_kind") for s in arms[a]["per_seed"].values())]
     if not names:
         return []
-    kinds: dict[str, dict[str, list[Any]]] = {}
+    kinds: dict[str, _KindMeans] = {}
     for arm in names:
         for summary in arms[arm]["per_seed"].values():
             for k in summary.get("by_kind") or []:
-                entry = kinds.setdefault(k["kind"], {"answerable": [k["answerable"]], "n": [], "u": [], "p": []})
-                entry["n"].append(k["n"]), entry["u"].append(k["u"]), entry["p"].append(k["p"])
+                entry = kinds.setdefault(k["kind"], _KindMeans(k["answerable"]))
+                entry.n.append(k["n"])
+                entry.u.append(k["u"])
+                entry.p.append(k["p"])
                 for name, r in k["runs"].items():
-                    entry.setdefault(name, []).append(r)
-    mean = (lambda xs: mean_sd(xs)[0])
-    cell = (lambda rs: "–" if not rs else f"{mean([r['accuracy'] for r in rs]):.2f} / {mean([r['refusal'] for r in rs]):.2f}")
-    two = (lambda x: "–" if x is None else f"{x:.2f}")
-    rows = sorted(kinds.items(), key=lambda kv: (not kv[1]["answerable"][0], -(mean(kv[1]["u"]) or 0.0)))
+                    entry.runs.setdefault(name, []).append(r)
+    rows = sorted((e.row(kind) for kind, e in kinds.items()), key=kind_order)
     return [f"Held-out greedy accuracy / refusal by kind of question ({tier}; `m/j@f`: m namesakes, j lead to the "
-            "gold country, silent noise f; u the best reader's expected accuracy; p_i the base's; means over seeds):", "",
-            "| kind | questions per seed | u | base p_i | " + " | ".join(names) + " |", "|---" * (len(names) + 4) + "|",
-            *(f"| {kind} | {mean(e['n']):.0f} | {two(mean(e['u']))} | {two(mean(e['p']))} | "
-              + " | ".join(cell(e.get(n, [])) for n in names) + " |" for kind, e in rows), ""]
+            "gold country, silent noise f; u the best reader's expected accuracy; p_i the base's; means over seeds):",
+            "", *kind_markdown(rows, names, "questions per seed"), ""]
 
 
 def claims_markdown(found: list[Claim]) -> list[str]:

@@ -308,6 +308,10 @@ def _coverage(world: World, held: list[Any], make_env: Any) -> list[Check]:
                   "held-out first-hop cities that SFT questions also go through")]
 
 
+MIDDLE_SHARE = "share p in (0.2, 0.5)"
+"""The name of `base_spread`'s check of the middle share (the one the shipped recipe's bases miss)."""
+
+
 def base_spread(p_file: str | Path, world_json: str | Path) -> Audit:
     """The preconditions of a warm start (issue 20, "a base with spread"), from its p_i estimate
     (``awarl capability estimate`` output, one row per question with ``p``) and the world.json the
@@ -335,15 +339,12 @@ def base_spread(p_file: str | Path, world_json: str | Path) -> Audit:
     audit.checks += [
         Check("mean p_i", sum(p) / n, "(context)", True, "mean capability on the answerable questions"),
         Check("share p <= 0.2", low, ">= 0.25", low >= 0.25, "answerable questions the base rarely gets"),
-        Check("share p in (0.2, 0.5)", mid, ">= 0.20", mid >= 0.20, "answerable questions in between"),
+        Check(MIDDLE_SHARE, mid, ">= 0.20", mid >= 0.20, "answerable questions in between"),
         Check("share p >= 0.6", high, ">= 0.25", high >= 0.25, "answerable questions the base mostly gets"),
         Check("Spearman(p_i, u)", rho, ">= 0.5", rho >= 0.5, "p_i follows the world's ceilings, not noise"),
     ]
     return audit
 
-
-UNANSWERABLE_KINDS = ("missing", "near_miss_variant", "near_miss_relation")
-"""The unanswerable kinds of a world v2 question (world.json's ``kind``), in the order reports show them."""
 
 
 def kind_label(question: dict[str, Any]) -> str:
@@ -356,43 +357,63 @@ def kind_label(question: dict[str, Any]) -> str:
     return f"{cues.get('namesakes', 1)}/{cues.get('leading', 1)}@{float(cues.get('silent_noise', 0.0)):g}"
 
 
-def by_kind(world_json: str | Path, runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def by_kind(world: str | Path | dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Accuracy and refusal of evaluated runs per kind of question of a world v2 (`kind_label`), with the
-    kind's mean ceiling u and the mean p_i the rows carry (the SFT checkpoint's): where a run's headline
-    numbers come from, e.g. whether it abstains where namesakes make an answer a guess and answers where one
-    person is named. ``runs``: name -> per-question rows of one evaluation (``trajectories.jsonl``: ``record_id``,
-    ``outcome``, ``p``), all on questions of this world. One dict per kind: ``kind``, ``answerable``, ``n``
-    (questions), ``u``, ``p`` and ``runs`` (name -> ``accuracy``, ``refusal``); answerable kinds first, by
-    falling u, then the unanswerable ones."""
+    kind's mean ceiling u and mean p_i (the rows' ``p``: the SFT checkpoint's): where a run's headline numbers
+    come from, e.g. whether it abstains where namesakes make an answer a guess and answers where one person is
+    named. ``world``: its world.json (a path, or the file already read); ``runs``: name -> per-question rows of
+    one evaluation (``trajectories.jsonl``: ``record_id``, ``outcome``, ``p``), all of this world. One dict per
+    kind: ``kind``, ``answerable``, ``n`` (distinct questions), ``u``, ``p`` and ``runs`` (name -> ``n`` rows,
+    ``accuracy``, ``refusal`` over them); answerable kinds first by falling u, then the unanswerable ones."""
     import json
 
     from awarl.errors import DataError
 
-    questions = {q["record_id"]: q for q in json.loads(Path(world_json).read_text(encoding="utf-8"))["questions"]}
+    where = world if not isinstance(world, dict) else "world.json"
+    data = world if isinstance(world, dict) else json.loads(Path(world).read_text(encoding="utf-8"))
+    questions = {q["record_id"]: q for q in data["questions"]}
     kinds: dict[str, dict[str, Any]] = {}
     for name, rows in runs.items():
         for row in rows:
             question = questions.get(row.get("record_id"))
             if question is None:
-                raise DataError(world_json, "", f"run {name!r} has a question that is not in this world "
+                raise DataError(where, "", f"run {name!r} has a question that is not in this world "
                                 f"({row.get('record_id')!r}): the evaluation is of another world")
             label = kind_label(question)
-            entry = kinds.setdefault(label, {"kind": label, "answerable": question.get("kind") == "answerable",
-                                             "ids": {}, "runs": {}})
-            entry["ids"][row["record_id"]] = (question.get("u"), row.get("p"))
-            outcomes = entry["runs"].setdefault(name, [])
-            outcomes.append(row.get("outcome"))
+            entry = kinds.setdefault(label, {"answerable": question.get("kind") == "answerable", "u": {}, "p": {},
+                                             "outcomes": {}})
+            entry["u"][row["record_id"]] = question.get("u")
+            if isinstance(row.get("p"), (int, float)):
+                entry["p"].setdefault(row["record_id"], float(row["p"]))
+            entry["outcomes"].setdefault(name, []).append(row.get("outcome"))
     out = []
-    for entry in kinds.values():
-        us = [u for u, _ in entry["ids"].values() if isinstance(u, (int, float))]
-        ps = [p for _, p in entry["ids"].values() if isinstance(p, (int, float))]
-        out.append({"kind": entry["kind"], "answerable": entry["answerable"], "n": len(entry["ids"]),
-                    "u": sum(us) / len(us) if us else None, "p": sum(ps) / len(ps) if ps else None,
-                    "runs": {name: {"accuracy": o.count("correct") / len(o), "refusal": o.count("abstain") / len(o)}
-                             for name, o in entry["runs"].items()}})
-    order = {k: i for i, k in enumerate(UNANSWERABLE_KINDS)}
-    return sorted(out, key=lambda e: (not e["answerable"], -(e["u"] or 0.0), order.get(e["kind"], len(order)), e["kind"]))
+    for label, entry in kinds.items():
+        us = [u for u in entry["u"].values() if isinstance(u, (int, float))]
+        out.append({"kind": label, "answerable": entry["answerable"], "n": len(entry["u"]),
+                    "u": sum(us) / len(us) if us else None,
+                    "p": sum(entry["p"].values()) / len(entry["p"]) if entry["p"] else None,
+                    "runs": {name: {"n": len(o), "accuracy": o.count("correct") / len(o),
+                                    "refusal": o.count("abstain") / len(o)} for name, o in entry["outcomes"].items()}})
+    return sorted(out, key=kind_order)
 
+
+def kind_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """The order of `by_kind`'s rows: answerable kinds first by falling u, then the unanswerable ones as
+    `awarl.data.world_facts.KINDS` lists them."""
+    from awarl.data.world_facts import KINDS
+
+    kind = row["kind"]
+    return not row["answerable"], -(row["u"] or 0.0), KINDS.index(kind) if kind in KINDS else len(KINDS), kind
+
+
+def kind_markdown(kinds: list[dict[str, Any]], names: list[str], n_label: str = "questions") -> list[str]:
+    """`by_kind`'s rows (or rows of the same shape) as a markdown table: per kind its size, u, p_i and, per run
+    in ``names``, accuracy / refusal."""
+    two = (lambda x: "–" if x is None else f"{x:.2f}")
+    cell = (lambda r: "–" if r is None else f"{r['accuracy']:.2f} / {r['refusal']:.2f}")
+    return [f"| kind | {n_label} | u | p_i | " + " | ".join(names) + " |", "|---" * (len(names) + 4) + "|",
+            *(f"| {k['kind']} | {k['n']:.0f} | {two(k['u'])} | {two(k['p'])} | "
+              + " | ".join(cell(k["runs"].get(n)) for n in names) + " |" for k in kinds)]
 
 def spearman(a: list[float], b: list[float]) -> float:
     """Spearman's rank correlation (average ranks for ties); 0 where either side is constant."""
@@ -419,5 +440,5 @@ def spearman(a: list[float], b: list[float]) -> float:
     return cov / (va * vb) ** 0.5 if va and vb else 0.0
 
 
-__all__ = ["Audit", "Check", "OraclePoint", "UNANSWERABLE_KINDS", "audit_recipe", "audit_world", "base_spread", "by_kind",
-           "kind_label", "oracle_frontier", "spearman"]
+__all__ = ["Audit", "Check", "MIDDLE_SHARE", "OraclePoint", "audit_recipe", "audit_world", "base_spread", "by_kind", "kind_label",
+           "kind_markdown", "kind_order", "oracle_frontier", "spearman"]

@@ -47,10 +47,22 @@ def _noop(*args: Any, **kwargs: Any) -> None:
 # -- penalty state -------------------------------------------------------------------------------------------
 class PenaltyStateCallback(Callback):
     """Write the dynamic-penalty state into every checkpoint folder (main process only: the
-    state is computed from the global batch, so every process holds the same one)."""
+    state is computed from the global batch, so every process holds the same one).
+
+    It is written when the step decides to save, before the Trainer writes the checkpoint (and again on
+    save): a run killed while it saves leaves no checkpoint with a ``trainer_state.json`` but no penalty
+    state, which no rerun could resume from once the older checkpoints are rotated away."""
 
     def __init__(self, penalty: Stateful):
         self.penalty = penalty
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if control.should_save:
+            self.on_save(args, state, control)
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if control.should_save:
+            self.on_save(args, state, control)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:

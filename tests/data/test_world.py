@@ -502,7 +502,8 @@ def test_base_spread_reads_p_i_against_the_world_ceilings(tmp_path):
 
 def test_by_kind_groups_an_evaluation_by_the_worlds_kinds_of_question(tmp_path):
     from awarl.errors import DataError
-    from awarl.eval.world_audit import UNANSWERABLE_KINDS, by_kind, kind_label
+    from awarl.data.world_facts import KINDS
+    from awarl.eval.world_audit import by_kind, kind_label
 
     world = generate_world(WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0))
     files = write_world(world, tmp_path / "world")
@@ -518,12 +519,12 @@ def test_by_kind_groups_an_evaluation_by_the_worlds_kinds_of_question(tmp_path):
     assert sum(k["n"] for k in kinds) == len(held)
     labels = [k["kind"] for k in kinds]
     answerable = [k for k in kinds if k["answerable"]]
-    assert labels[len(answerable):] == [k for k in UNANSWERABLE_KINDS if k in labels]  # answerable kinds first
+    assert labels[len(answerable):] == [k for k in KINDS[1:] if k in labels]  # answerable kinds first
     assert [k["u"] for k in answerable] == sorted((k["u"] for k in answerable), reverse=True)
     for k in kinds:
         single = k["kind"].startswith("1/")
-        assert k["runs"]["careful"] == {"accuracy": 1.0 if single else 0.0, "refusal": 0.0 if single else 1.0}
-        assert k["runs"]["reckless"] == {"accuracy": 0.0, "refusal": 0.0} and k["p"] == 0.5
+        assert k["runs"]["careful"] == {"n": k["n"], "accuracy": 1.0 if single else 0.0, "refusal": 0.0 if single else 1.0}
+        assert k["runs"]["reckless"] == {"n": k["n"], "accuracy": 0.0, "refusal": 0.0} and k["p"] == 0.5
         assert (k["u"] is None) == (not k["answerable"])
     one = next(k for k in kinds if k["kind"] == "1/1@0")
     ones = [q["u"] for q in held if q["u"] is not None and kind_label(q) == "1/1@0"]

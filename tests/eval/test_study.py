@@ -172,10 +172,10 @@ def test_aggregation_shows_held_out_numbers_by_kind_of_question_on_a_world_v2(tm
     table = aggregate(load_runs(tmp_path))
     kinds = {k["kind"]: k for k in table["T1"]["awa_g0.5"]["per_seed"][0]["by_kind"]}
     assert sum(k["n"] for k in kinds.values()) == len(held)
-    assert kinds["missing"]["runs"]["awa_g0.5"] == {"accuracy": 0.0, "refusal": 1.0}
+    assert kinds["missing"]["runs"]["awa_g0.5"] == {"n": kinds["missing"]["n"], "accuracy": 0.0, "refusal": 1.0}
     assert table["T1"]["static_0.5"]["per_seed"][0]["by_kind"] is None
     text = markdown(table, claims(table))
-    assert "| kind | questions per seed | u | base p_i | awa_g0.5 | none |" in text
+    assert "| kind | questions per seed | u | p_i | awa_g0.5 | none |" in text
     assert f"| missing | {kinds['missing']['n']} | – | 0.25 | 0.00 / 1.00 | 0.00 / 0.00 |" in text
 
 # -- the paired-seed rule ------------------------------------------------------------------------------------

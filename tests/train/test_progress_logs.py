@@ -31,3 +31,22 @@ def test_probe_rounds_the_last_row_of_a_round_wins(tmp_path):
     for row in ({"round": 2, "step": 4}, {"round": 1, "step": 2}, {"round": 2, "step": 5}):
         append_log_row(path, row)
     assert read_probe_log(path) == [{"round": 1, "step": 2}, {"round": 2, "step": 5}]
+
+
+def test_the_penalty_state_is_in_a_checkpoint_before_the_trainer_writes_it(tmp_path):
+    """A step that decides to save writes the penalty state first, so a run killed while the Trainer writes its
+    checkpoint (after trainer_state.json, before on_save) never leaves one that cannot be resumed."""
+    from awarl.rewards.penalty import DynamicPenalty
+    from awarl.train.callbacks import PENALTY_STATE_FILE, PenaltyStateCallback, load_penalty_state
+
+    penalty = DynamicPenalty()
+    penalty.update(0.9, 0.3)
+    callback = PenaltyStateCallback(penalty)
+    args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(is_world_process_zero=True, global_step=4)
+    callback.on_step_end(args, state, SimpleNamespace(should_save=False))
+    assert not (tmp_path / "checkpoint-4").exists()  # a step that does not save writes nothing
+    callback.on_step_end(args, state, SimpleNamespace(should_save=True))
+    assert (tmp_path / "checkpoint-4" / PENALTY_STATE_FILE).exists()
+    restored = DynamicPenalty()
+    assert load_penalty_state(restored, tmp_path / "checkpoint-4")["global_step"] == 4
+    assert restored.state_dict() == penalty.state_dict() and restored.state_dict() != DynamicPenalty().state_dict()
