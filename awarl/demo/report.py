@@ -187,15 +187,16 @@ def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> d
     arms = {name: arm_section(demo, name, results[name], before_rows) for name in demo.arms}
     steps = {name: arm.pop("steps") for name, arm in arms.items()}
     kinds = kind_section(p, world, before_rows, demo.arms)
+    stats = world.stats()
     metrics = {
-        "mode": "quick" if demo.quick else "full", "seed": demo.seed, "workers": demo.workers, "world": world.stats(),
+        "mode": "quick" if demo.quick else "full", "seed": demo.seed, "workers": demo.workers, "world": stats,
         "warm_start_abstain_share": demo.recipe.abstain_share, "rollout": demo.rollout.to_dict(),
         "warm_start_clarified_share": demo.recipe.clarified_share,
         "capability": {split: capability_section(p.p_file(split), p.world / "world.json" if world.config.version >= 2
                                                  else None) for split in ("rl", "eval")},
         "before_rl": before, "before_rl_refusal_by_p": refusal_by_p(before_rows), "arms": arms,
         "by_kind": kinds,
-        "checks": quality_checks(demo, before, arms, world.stats()["eval"].get("mean_u")), "timings_s": demo.timings,
+        "checks": quality_checks(demo, before, arms, stats["eval"].get("mean_u")), "timings_s": demo.timings,
         "warnings": demo.warnings,
     }
     plots = write_plots(p.report, steps, metrics)
@@ -397,6 +398,7 @@ def _clarified_line(m: dict[str, Any]) -> str:
 def report_markdown(m: dict[str, Any]) -> str:
     """report.md from the metrics."""
     from awarl.demo.recipe import FLOORS
+
     lines = [
         f"# awarl demo report ({m['mode']}, seed {m['seed']})", "",
         "GRPO arms that differ only in their reward, trained from one SFT checkpoint and its p_i and evaluated on this "
