@@ -18,6 +18,7 @@ so a generation batch is a log row that carries ``awa/refusal_rate`` (`read_batc
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -352,7 +353,7 @@ def run_by_kind(run: Run) -> list[dict[str, Any]] | None:
     trajectories = run.folder / "eval" / "trajectories.jsonl"
     if not world.exists() or not trajectories.exists():
         return None
-    data = json.loads(world.read_text(encoding="utf-8"))
+    data = _world_json(world)
     if data["config"].get("version", 1) < 2:
         return None
     try:
@@ -361,6 +362,12 @@ def run_by_kind(run: Run) -> list[dict[str, Any]] | None:
         logging.getLogger(__name__).warning("%s: no table by kind for %s/%s/seed%d: %s", world, run.tier, run.arm,
                                             run.seed, exc)
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def _world_json(path: Path) -> dict[str, Any]:
+    """A base's world.json, read once for all the arms that train from that base (read only)."""
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def mean_sd(values: Sequence[float | None]) -> tuple[float | None, float | None]:
