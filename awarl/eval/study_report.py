@@ -166,10 +166,12 @@ def plot(table: dict[str, Any], out: Path, oracle: list[Any] | None = None) -> l
         fig, ax = plt.subplots(figsize=(6, 5))
         if points:
             ax.plot([xy[0] for _, xy in points], [xy[1] for _, xy in points], "o-", label="AWA across γ (held-out, greedy)")
-            for g, (x, y) in points:
-                ax.annotate(f"γ {g}", (x, y), fontsize=8)
+            for i, (g, (x, y)) in enumerate(points):  # alternate sides: the arms' points often lie close
+                ax.annotate(f"γ {g}", (x, y), xytext=(6, -10 if i % 2 else 4), textcoords="offset points", fontsize=8)
         if oracle:
             ax.plot([p.accuracy for p in oracle], [p.precision for p in oracle], "k^--", lw=1, label="oracle (knows u_q)")
+            for p in oracle:
+                ax.annotate(f"γ {p.gamma}", (p.accuracy, p.precision), xytext=(6, 0), textcoords="offset points", fontsize=8)
         for arm in ("static_0.5", "data_manip", "none"):
             xy = _mean_xy(table.get("T1", {}).get(arm))
             if xy is not None:
