@@ -17,6 +17,11 @@ docs/fidelity.md, World v2):
 - ``mean(u)`` in [0.4, 0.6], at least 25% of answerable questions at u <= 0.2 and 25% at u >= 0.6;
 - ``rank rule``: following the namesake at a fixed rank r of the results (the best r) reaches at
   most mean(u) + 0.05 (the gold namesake's rank carries no cue);
+- ``middle share`` (context for the base's spread bound, >= 20% of answerable questions at p_i in
+  (0.2, 0.5)): the share of answerable questions whose p_i lies there, in expectation, for the reader
+  that picks a shown namesake at random in every rollout (its p_i is u_q) and for a *consistent* reader,
+  which follows one shown namesake, the same in every rollout (what a trained reader does: its p_i on a
+  question is 0 or (1 - f) times the retry's success, never j/m, and only its mean over a kind is u);
 - ``coverage``: every word of a held-out entity (names, cities, variants) appears in the SFT
   conversations, and no held-out bridge city is an SFT one.
 
@@ -37,6 +42,7 @@ from awarl.protocol import ABSTAIN_PHRASE, parse_results
 
 _LINK = re.compile(r"^(\w+) is a city in the country (\w+)\.$")
 _PERSON = re.compile(r" (?:was born in|lives in|visited) (\w+)\b")
+MIDDLE = (0.2, 0.5)  # a base's middle band of p_i (issue 20: >= 20% of its answerable questions in it)
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ def audit_world(world: World, *, split: str = "eval", seeds: int = 8, topk: int 
 
     audit.checks += _lookup(world, held)
     audit.checks += _shape_rule(held, make_env, seeds, world.config.max_searches)
-    oracle, by_rank = _readers(world, answerable, index, topk)
+    oracle, by_rank, consistent_middle = _readers(world, answerable, index, topk)
     audit.checks.append(Check("oracle - mean(u)", oracle - mean_u, "|x| <= 0.01", abs(oracle - mean_u) <= 0.01,
                               f"expected answerable accuracy of the best reader ({oracle:.3f}) minus mean(u)"))
     audit.checks.append(Check("mean(u)", mean_u, "in [0.4, 0.6]", 0.4 <= mean_u <= 0.6,
@@ -123,6 +129,13 @@ def audit_world(world: World, *, split: str = "eval", seeds: int = 8, topk: int 
                               rank_value <= mean_u + 0.05,
                               f"follow the namesake at rank {best} of the first search (best rank; "
                               + ", ".join(f"r{r} {v:.3f}" for r, v in sorted(by_rank.items())) + ")"))
+    middle = sum(MIDDLE[0] < x < MIDDLE[1] for x in u) / max(len(u), 1)
+    audit.checks.append(Check("middle share, random reader", middle, "(context)", True,
+                              "answerable questions at p_i in (0.2, 0.5) for a reader that picks a shown namesake at "
+                              "random in every rollout (p_i = u_q)"))
+    audit.checks.append(Check("middle share, consistent reader", consistent_middle, "(context)", True,
+                              "the same for a reader that follows one shown namesake, the same in every rollout (p_i "
+                              "0 or 1 - f per question): what a trained base's spread can reach"))
     audit.checks += _coverage(world, held, make_env)
     abstain = sum(not q.answerable for q in held) / max(len(held), 1)
     audit.checks.append(Check("always abstain", abstain, "(context)", True, "the unanswerable share: abstaining everywhere"))
@@ -256,14 +269,16 @@ def _shape_rule(held: list[Any], make_env: Any, seeds: int, budget: int) -> list
                   f"{ctnr:.2f}): what reading, not memory or shape, can learn")]
 
 
-def _readers(world: World, answerable: list[Any], index: Any, topk: int) -> tuple[float, dict[int, float]]:
+def _readers(world: World, answerable: list[Any], index: Any, topk: int) -> tuple[float, dict[int, float], float]:
     """Expected answerable accuracy of the best reader (a shown namesake at random) and of the reader that
-    follows the namesake at each rank, from the real index's results (noise and failures in expectation)."""
+    follows the namesake at each rank, from the real index's results (noise and failures in expectation); and
+    the expected share of answerable questions at p_i in `MIDDLE` for a consistent reader (one shown namesake
+    per question, chosen at random once: p_i is ``keep`` with probability good / shown, else 0)."""
     cfg = world.config
     retry = 1 - cfg.visible_failure ** (cfg.max_searches - 1) if cfg.version == 2 else 1.0  # v1: no search noise
     heads = [gold_queries(q)[0] for q in answerable]
     firsts = index.search(heads, topk) if heads else []
-    total, by_rank = 0.0, {r: 0.0 for r in range(1, topk + 1)}
+    total, by_rank, middle = 0.0, {r: 0.0 for r in range(1, topk + 1)}, 0.0
     link_cache: dict[str, bool] = {}
     for q, hits in zip(answerable, firsts):
         verb = " was born in " if q.relation == "born" else " lives in "
@@ -272,10 +287,11 @@ def _readers(world: World, answerable: list[Any], index: Any, topk: int) -> tupl
         keep = (1 - q.cues.get("silent_noise", 0.0)) * retry
         good = [world.parent.get(c) == q.answer and _link_found(world, index, c, topk, link_cache) for c in shown]
         total += keep * sum(good) / len(good) if good else 0.0
+        middle += sum(good) / len(good) if good and MIDDLE[0] < keep < MIDDLE[1] else 0.0
         for r in by_rank:
             by_rank[r] += keep * good[min(r, len(good)) - 1] if good else 0.0
     n = max(len(answerable), 1)
-    return total / n, {r: v / n for r, v in by_rank.items()}
+    return total / n, {r: v / n for r, v in by_rank.items()}, middle / n
 
 
 def _link_found(world: World, index: Any, city: str, topk: int, cache: dict[str, bool]) -> bool:
@@ -308,7 +324,7 @@ def _coverage(world: World, held: list[Any], make_env: Any) -> list[Check]:
                   "held-out first-hop cities that SFT questions also go through")]
 
 
-MIDDLE_SHARE = "share p in (0.2, 0.5)"
+MIDDLE_SHARE = f"share p in ({MIDDLE[0]}, {MIDDLE[1]})"
 """The name of `base_spread`'s check of the middle share (the one the shipped recipe's bases miss)."""
 
 
@@ -334,7 +350,7 @@ def base_spread(p_file: str | Path, world_json: str | Path) -> Audit:
     audit = Audit("p_i", len(rows), len(pairs))
     n = max(len(pairs), 1)
     p = [a for a, _ in pairs]
-    low, mid, high = (sum(x <= 0.2 for x in p) / n, sum(0.2 < x < 0.5 for x in p) / n, sum(x >= 0.6 for x in p) / n)
+    low, mid, high = (sum(x <= 0.2 for x in p) / n, sum(MIDDLE[0] < x < MIDDLE[1] for x in p) / n, sum(x >= 0.6 for x in p) / n)
     rho = spearman(p, [b for _, b in pairs])
     audit.checks += [
         Check("mean p_i", sum(p) / n, "(context)", True, "mean capability on the answerable questions"),

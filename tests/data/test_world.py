@@ -461,8 +461,26 @@ def test_audit_of_a_small_v2_world(tmp_path):
     assert (audit.questions, audit.answerable) == (72, 50)
     assert got == {"lookup": 0.069, "lookup, else abstain": 0.306, "shape rule": 0.663, "careful reader": 0.97, "oracle - mean(u)": 0.0,
                    "mean(u)": 0.486, "share u <= 0.2": 0.32, "share u >= 0.6": 0.32, "rank rule": 0.486,
+                   "middle share, random reader": 0.36, "middle share, consistent reader": 0.0,
                    "held-out words not in SFT text": 0.0, "bridge cities shared with SFT": 0.0, "always abstain": 0.306}
     assert audit.ok and "| shape rule | 0.663 | <= 0.75 | yes |" in audit.table()
+
+
+def test_audit_middle_share_of_a_consistent_reader(tmp_path):
+    """A reader that follows one namesake per question has p_i 0 or (1 - f) x the retry's success there, so
+    only a silent noise f that puts 1 - f in (0.2, 0.5) gives it a middle p_i: 1/1@0.6 does (0.4 x 0.96)."""
+    from awarl.eval.world_audit import audit_world
+
+    mix = {"1/1@0": 0.4, "1/1@0.6": 0.3, "2/1@0": 0.3}
+    world = generate_world(WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0, ceilings=mix))
+    audit = audit_world(world, seeds=1, folder=tmp_path)
+    answerable = [q for q in world.split("eval") if q.answerable]
+    noisy = sum(q.cues["silent_noise"] == 0.6 for q in answerable) / len(answerable)
+    assert noisy > 0.2
+    assert audit.check("middle share, consistent reader").value == pytest.approx(noisy)
+    # The random reader's p_i is u: 2/1@0 (u 0.48) and 1/1@0.6 (u 0.38) are both in the middle.
+    pairs = sum(q.cues["namesakes"] == 2 for q in answerable) / len(answerable)
+    assert audit.check("middle share, random reader").value == pytest.approx(noisy + pairs)
 
 
 def test_base_spread_reads_p_i_against_the_world_ceilings(tmp_path):
