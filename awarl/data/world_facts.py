@@ -60,6 +60,9 @@ class WorldError(ConfigError):
     """Knobs that cannot make a world; the message names the knob and the limit."""
 
 
+TIE_ORDERS = ("index", "rollout")  # WorldConfig.tie_order
+
+
 @dataclass(frozen=True)
 class WorldConfig:
     """The knobs of a world. Defaults make 500 persons, 1,000 questions and ~1,600 passages (v1)."""
@@ -78,6 +81,10 @@ class WorldConfig:
     near_miss_share: float = 0.5  # unanswerable questions that are near-misses (half variant city, half other relation)
     visible_failure: float = 0.2  # probability per search that the question's country passages are left out
     max_searches: int = 3  # the search budget the ceilings assume (the rollout's max_searches): one retry
+    # "index": passages that tie in a result keep the index's order (the same in every rollout); "rollout": their
+    # order is drawn per (question, rollout seed), so a reader that follows the first namesake shown has p_i = u_q
+    # on each question, where with "index" it has 0 or 1 - f (docs/fidelity.md, "By kind of question")
+    tie_order: str = "index"
 
     def __post_init__(self) -> None:
         v2 = self.version == 2
@@ -98,6 +105,10 @@ class WorldConfig:
         for name in ("near_miss_share", "visible_failure"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise WorldError(f"WorldConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.tie_order not in TIE_ORDERS:
+            raise WorldError(f"WorldConfig.tie_order must be one of {', '.join(TIE_ORDERS)}, got {self.tie_order!r}")
+        if self.tie_order != "index" and not v2:
+            raise WorldError("WorldConfig.tie_order: 'rollout' needs version 2 (its search tool's noise draws the order)")
         self.profiles()  # the ceilings mix parses
 
     def profiles(self) -> list[tuple[int, int, float, float]]:
@@ -141,6 +152,8 @@ class WorldConfig:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["split"] = list(self.split)
+        if self.tie_order == "index":  # only when set, so worlds written before the knob existed still match
+            del out["tie_order"]
         return out
 
 

@@ -16,6 +16,11 @@ with `RolloutNoise`.
   ``visible_failure`` the call's result leaves the question's country passages out. One call
   cannot tell that from a missing fact; a retry within the search budget usually can, so lazy
   refusal is not free.
+- Tie order (``tie_order: rollout``, a world knob, off by default): passages that tie in a result (a
+  name's namesakes, whose passages score alike) come in an order drawn per (record id, rollout seed, passage
+  id), the same on every call of the rollout. With the index's order a reader that follows the first
+  namesake shown is right on a question in every rollout or in none; with this one it is right in j/m of
+  them, so its p_i on the question is its ceiling u_q.
 
 Draws are hashes (SHA-256) of their keys, so they do not depend on the process, the order of the
 rollouts or Python's hash seed. A record the table does not list (real data, a chatbot question)
@@ -65,17 +70,21 @@ class NoiseTable:
 
     visible_failure: float
     questions: dict[str, QuestionNoise]
+    tie_order: str = "index"  # "rollout": tied passages of a listed question in an order drawn per rollout
 
     @classmethod
     def from_world(cls, world: Any) -> "NoiseTable":
         return cls(world.config.visible_failure,
                    {rid: QuestionNoise(spec["silent"], dict(spec["swap"]), tuple(spec["fragile"]))
-                    for rid, spec in world.noise.items()})
+                    for rid, spec in world.noise.items()}, world.config.tie_order)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"visible_failure": self.visible_failure,
-                "questions": {rid: {"silent": q.silent, "swap": q.swap, "fragile": list(q.fragile)}
-                              for rid, q in self.questions.items()}}
+        out: dict[str, Any] = {"visible_failure": self.visible_failure,
+                               "questions": {rid: {"silent": q.silent, "swap": q.swap, "fragile": list(q.fragile)}
+                                             for rid, q in self.questions.items()}}
+        if self.tie_order != "index":  # only when set: files written before the field existed read the same
+            out["tie_order"] = self.tie_order
+        return out
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -104,7 +113,10 @@ class NoiseTable:
         bad = [rid for rid, q in questions.items() if not 0.0 <= q.silent <= 1.0]
         if not 0.0 <= v <= 1.0 or bad:
             raise NoiseFileError(f"{path}: probabilities must be in [0, 1] (visible_failure {v}, silent of {bad[:3]})")
-        return cls(v, questions)
+        order = raw.get("tie_order", "index")
+        if order not in ("index", "rollout"):
+            raise NoiseFileError(f"{path}: tie_order must be 'index' or 'rollout', got {order!r}")
+        return cls(v, questions, order)
 
 
 @lru_cache(maxsize=4)
@@ -120,14 +132,16 @@ class RolloutNoise:
         self.record_id = str(record_id)
         self.rollout_seed = int(rollout_seed)
         self.visible_failure = table.visible_failure
+        self.tie_order = table.tie_order
         self.spec = table.questions.get(self.record_id)
         self.silent = self.spec is not None and draw(self.record_id, self.rollout_seed, "silent") < self.spec.silent
         self.calls = 0
         self.failed_calls: list[int] = []
 
     def apply(self, hits: Sequence[Any]) -> list[Any]:
-        """The result this call shows: ``hits`` (each with ``.passage``) less the question's country
-        passages when the call fails visibly, with their conflicting text when the rollout is noisy."""
+        """The result this call shows: ``hits`` (each with ``.passage`` and ``.score``) less the question's
+        country passages when the call fails visibly, with their conflicting text when the rollout is noisy,
+        tied passages in this rollout's order when the table's ``tie_order`` is ``rollout``."""
         call, self.calls = self.calls, self.calls + 1
         if self.spec is None:
             return list(hits)
@@ -140,6 +154,21 @@ class RolloutNoise:
         if self.silent:
             out = [dataclasses.replace(h, passage=dataclasses.replace(h.passage, text=self.spec.swap[h.passage.id]))
                    if h.passage.id in self.spec.swap else h for h in out]
+        if self.tie_order == "rollout":
+            out = self._ties_in_rollout_order(out)
+        return out
+
+    def _ties_in_rollout_order(self, hits: list[Any]) -> list[Any]:
+        """Each run of equal scores sorted by a draw keyed by this rollout and the passage id: a fixed
+        order within the rollout, an independent one in every other; the runs keep their places."""
+        out: list[Any] = []
+        i = 0
+        while i < len(hits):
+            j = i + 1
+            while j < len(hits) and hits[j].score == hits[i].score:
+                j += 1
+            out += sorted(hits[i:j], key=lambda h: draw(self.record_id, self.rollout_seed, "order", h.passage.id))
+            i = j
         return out
 
 

@@ -299,13 +299,15 @@ class Demo:
                     f"{c.name} {c.value:.2f}" + ("" if c.ok else f" (bound {c.bound}: missed)") for c in spread.checks))
                 missed = [c.name for c in spread.checks if not c.ok]
                 if missed and split == "rl":
+                    index_order = self.recipe.world.get("tie_order", "index") == "index"
                     why = ("Every kind of question with a ceiling in (0.2, 0.5) shows several people of one name, and "
                            "the tiny model reads those far below their ceilings, so most of them get p <= 0.2 (the "
                            "report's table by kind of question). A reader that reads them well has no middle p_i "
-                           "either: it follows one of the people shown, the same one in every rollout, so its p_i on "
-                           "such a question is near 0 or near 1 and only a kind's mean is j/m (`scripts/world_audit.py`"
-                           ", \"middle share, consistent reader\": 0 on the shipped world; docs/fidelity.md, \"By kind "
-                           "of question\"). AWA then has few questions it is unsure of to shape." if missed == [MIDDLE_SHARE] else
+                           "either: it follows the first of the people shown, whom the index shows first in every "
+                           "rollout, so its p_i on such a question is near 0 or near 1 and only a kind's mean is j/m. "
+                           "The world knob tie_order: rollout draws that order per rollout (a new world: its bases are "
+                           "rebuilt; docs/fidelity.md, \"By kind of question\"). AWA then has few questions it is "
+                           "unsure of to shape." if missed == [MIDDLE_SHARE] and index_order else
                            "The base's p_i does not follow the world's ceilings as the study needs; the report's table by "
                            "kind of question shows where it reads below them.")
                     self.warn(f"p_i (rl): the base misses the spread bounds of docs/fidelity.md (World v2, a base with "

@@ -21,7 +21,9 @@ docs/fidelity.md, World v2):
   (0.2, 0.5)): the share of answerable questions whose p_i lies there, in expectation, for the reader
   that picks a shown namesake at random in every rollout (its p_i is u_q) and for a *consistent* reader,
   which follows one shown namesake, the same in every rollout (what a trained reader does: its p_i on a
-  question is 0 or (1 - f) times the retry's success, never j/m, and only its mean over a kind is u);
+  question is 0 or (1 - f) times the retry's success, never j/m, and only its mean over a kind is u), and
+  for the reader that follows the first namesake shown (the same as the consistent one with the index's tie
+  order; with ``tie_order: rollout`` the order of tied passages is drawn per rollout and its p_i is u_q);
 - ``coverage``: every word of a held-out entity (names, cities, variants) appears in the SFT
   conversations, and no held-out bridge city is an SFT one.
 
@@ -115,7 +117,7 @@ def audit_world(world: World, *, split: str = "eval", seeds: int = 8, topk: int 
 
     audit.checks += _lookup(world, held)
     audit.checks += _shape_rule(held, make_env, seeds, world.config.max_searches)
-    oracle, by_rank, consistent_middle = _readers(world, answerable, index, topk)
+    oracle, by_rank, middle = _readers(world, answerable, index, topk)
     audit.checks.append(Check("oracle - mean(u)", oracle - mean_u, "|x| <= 0.01", abs(oracle - mean_u) <= 0.01,
                               f"expected answerable accuracy of the best reader ({oracle:.3f}) minus mean(u)"))
     audit.checks.append(Check("mean(u)", mean_u, "in [0.4, 0.6]", 0.4 <= mean_u <= 0.6,
@@ -129,13 +131,15 @@ def audit_world(world: World, *, split: str = "eval", seeds: int = 8, topk: int 
                               rank_value <= mean_u + 0.05,
                               f"follow the namesake at rank {best} of the first search (best rank; "
                               + ", ".join(f"r{r} {v:.3f}" for r, v in sorted(by_rank.items())) + ")"))
-    middle = sum(MIDDLE[0] < x < MIDDLE[1] for x in u) / max(len(u), 1)
-    audit.checks.append(Check("middle share, random reader", middle, "(context)", True,
+    audit.checks.append(Check("middle share, random reader", middle["random"], "(context)", True,
                               "answerable questions at p_i in (0.2, 0.5) for a reader that picks a shown namesake at "
-                              "random in every rollout (p_i = u_q)"))
-    audit.checks.append(Check("middle share, consistent reader", consistent_middle, "(context)", True,
+                              "random in every rollout"))
+    audit.checks.append(Check("middle share, consistent reader", middle["consistent"], "(context)", True,
                               "the same for a reader that follows one shown namesake, the same in every rollout (p_i "
                               "0 or 1 - f per question): what a trained base's spread can reach"))
+    audit.checks.append(Check("middle share, rank-1 reader", middle["rank-1"], "(context)", True,
+                              f"the same for a reader that follows the first namesake shown (tie order "
+                              f"{world.config.tie_order!r}: 'rollout' draws the order of tied passages per rollout)"))
     audit.checks += _coverage(world, held, make_env)
     abstain = sum(not q.answerable for q in held) / max(len(held), 1)
     audit.checks.append(Check("always abstain", abstain, "(context)", True, "the unanswerable share: abstaining everywhere"))
@@ -269,16 +273,22 @@ def _shape_rule(held: list[Any], make_env: Any, seeds: int, budget: int) -> list
                   f"{ctnr:.2f}): what reading, not memory or shape, can learn")]
 
 
-def _readers(world: World, answerable: list[Any], index: Any, topk: int) -> tuple[float, dict[int, float], float]:
+def _readers(world: World, answerable: list[Any], index: Any,
+             topk: int) -> tuple[float, dict[int, float], dict[str, float]]:
     """Expected answerable accuracy of the best reader (a shown namesake at random) and of the reader that
     follows the namesake at each rank, from the real index's results (noise and failures in expectation); and
-    the expected share of answerable questions at p_i in `MIDDLE` for a consistent reader (one shown namesake
-    per question, chosen at random once: p_i is ``keep`` with probability good / shown, else 0)."""
+    the expected share of answerable questions at p_i in `MIDDLE` for three readers: ``random`` (a shown
+    namesake at random in every rollout: p_i = keep x good / shown, which is u_q where every namesake is
+    shown), ``consistent`` (one shown namesake per question, chosen at random once: p_i is ``keep`` with
+    probability good / shown, else 0) and ``rank-1`` (the first namesake shown: the index's first, or with
+    ``tie_order: rollout`` one drawn per rollout, whose p_i is then the random reader's)."""
     cfg = world.config
     retry = 1 - cfg.visible_failure ** (cfg.max_searches - 1) if cfg.version == 2 else 1.0  # v1: no search noise
     heads = [gold_queries(q)[0] for q in answerable]
     firsts = index.search(heads, topk) if heads else []
-    total, by_rank, middle = 0.0, {r: 0.0 for r in range(1, topk + 1)}, 0.0
+    total, by_rank = 0.0, {r: 0.0 for r in range(1, topk + 1)}
+    middle = {"random": 0.0, "consistent": 0.0, "rank-1": 0.0}
+    per_rollout = cfg.tie_order == "rollout"
     link_cache: dict[str, bool] = {}
     for q, hits in zip(answerable, firsts):
         verb = " was born in " if q.relation == "born" else " lives in "
@@ -287,11 +297,15 @@ def _readers(world: World, answerable: list[Any], index: Any, topk: int) -> tupl
         keep = (1 - q.cues.get("silent_noise", 0.0)) * retry
         good = [world.parent.get(c) == q.answer and _link_found(world, index, c, topk, link_cache) for c in shown]
         total += keep * sum(good) / len(good) if good else 0.0
-        middle += sum(good) / len(good) if good and MIDDLE[0] < keep < MIDDLE[1] else 0.0
-        for r in by_rank:
-            by_rank[r] += keep * good[min(r, len(good)) - 1] if good else 0.0
+        random_p = keep * sum(good) / len(good) if good else 0.0
+        first = (random_p if per_rollout else keep * good[0]) if good else 0.0
+        middle["random"] += MIDDLE[0] < random_p < MIDDLE[1]
+        middle["consistent"] += sum(good) / len(good) if good and MIDDLE[0] < keep < MIDDLE[1] else 0.0
+        middle["rank-1"] += MIDDLE[0] < first < MIDDLE[1]
+        for r in by_rank:  # with the order drawn per rollout every rank shows each namesake alike
+            by_rank[r] += (keep * sum(good) / len(good) if per_rollout else keep * good[min(r, len(good)) - 1]) if good else 0.0
     n = max(len(answerable), 1)
-    return total / n, {r: v / n for r, v in by_rank.items()}, middle / n
+    return total / n, {r: v / n for r, v in by_rank.items()}, {k: v / n for k, v in middle.items()}
 
 
 def _link_found(world: World, index: Any, city: str, topk: int, cache: dict[str, bool]) -> bool:

@@ -461,7 +461,8 @@ def test_audit_of_a_small_v2_world(tmp_path):
     assert (audit.questions, audit.answerable) == (72, 50)
     assert got == {"lookup": 0.069, "lookup, else abstain": 0.306, "shape rule": 0.663, "careful reader": 0.97, "oracle - mean(u)": 0.0,
                    "mean(u)": 0.486, "share u <= 0.2": 0.32, "share u >= 0.6": 0.32, "rank rule": 0.486,
-                   "middle share, random reader": 0.36, "middle share, consistent reader": 0.0,
+                   "middle share, random reader": 0.52, "middle share, consistent reader": 0.0,
+                   "middle share, rank-1 reader": 0.0,
                    "held-out words not in SFT text": 0.0, "bridge cities shared with SFT": 0.0, "always abstain": 0.306}
     assert audit.ok and "| shape rule | 0.663 | <= 0.75 | yes |" in audit.table()
 
@@ -625,3 +626,61 @@ def test_renamed_copies_do_not_depend_on_the_process_string_hashing():
     outs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3)}
     assert len(outs) == 1
+
+
+# -- tie order ---------------------------------------------------------------------------------------------------
+def test_tie_order_is_drawn_per_rollout_and_fixed_within_it():
+    from awarl.data.world_noise import NoiseTable, QuestionNoise, RolloutNoise
+    from awarl.search.retriever import Hit, Passage
+
+    hits = [Hit(Passage(f"d{i}", "t", f"text {i}"), score) for i, score in enumerate((5.0, 5.0, 5.0, 4.0))]
+    spec = {"q1": QuestionNoise(0.0, {}, ())}
+    index_order = RolloutNoise(NoiseTable(0.0, spec), "q1", 0)
+    assert [h.passage.id for h in index_order.apply(hits)] == ["d0", "d1", "d2", "d3"]
+    table = NoiseTable(0.0, spec, "rollout")
+    orders = set()
+    for seed in range(40):
+        noise = RolloutNoise(table, "q1", seed)
+        first = [h.passage.id for h in noise.apply(hits)]
+        assert [h.passage.id for h in noise.apply(hits)] == first  # every call of the rollout alike
+        assert first[3] == "d3" and sorted(first[:3]) == ["d0", "d1", "d2"]  # only the tie moves
+        orders.add(tuple(first))
+    assert len(orders) == 6  # every order of three tied passages, over 40 rollouts
+    # A record the table does not list keeps the index's order (the chatbot serves so).
+    assert [h.passage.id for h in RolloutNoise(table, "other", 3).apply(hits)] == ["d0", "d1", "d2", "d3"]
+
+
+def test_tie_order_knob_round_trips_and_is_refused_where_it_cannot_apply(tmp_path):
+    from awarl.data.world_noise import NoiseFileError, NoiseTable
+
+    assert "tie_order" not in WorldConfig(version=2).to_dict()  # worlds written before the knob still match
+    cfg = WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0, tie_order="rollout")
+    assert WorldConfig.from_dict(cfg.to_dict()) == cfg
+    files = write_world(generate_world(cfg), tmp_path / "w")
+    assert NoiseTable.load(files["noise"]).tie_order == "rollout"
+    plain = write_world(generate_world(WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0)), tmp_path / "p")
+    assert "tie_order" not in json.loads(plain["noise"].read_text(encoding="utf-8"))
+    # The knob changes the tool, not the world: the same passages and questions.
+    assert files["corpus"].read_bytes() == plain["corpus"].read_bytes()
+    with pytest.raises(WorldError, match="tie_order"):
+        WorldConfig(version=2, tie_order="shuffled")
+    with pytest.raises(WorldError, match="needs version 2"):
+        WorldConfig(version=1, tie_order="rollout")
+    bad = json.loads(files["noise"].read_text(encoding="utf-8")) | {"tie_order": "random"}
+    (tmp_path / "bad.json").write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(NoiseFileError, match="bad.json: tie_order"):
+        NoiseTable.load(tmp_path / "bad.json")
+
+
+def test_audit_rank1_reader_under_rollout_tie_order(tmp_path):
+    """With the index's order a reader that follows the first namesake shown has p_i 0 or 1 - f; with the
+    order drawn per rollout its p_i is u_q, so its middle share is the random reader's."""
+    from awarl.eval.world_audit import audit_world
+
+    base = dict(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0)
+    index_order = audit_world(generate_world(WorldConfig(**base)), seeds=1, folder=tmp_path / "i")
+    rollout = audit_world(generate_world(WorldConfig(**base, tie_order="rollout")), seeds=1, folder=tmp_path / "r")
+    assert index_order.check("middle share, rank-1 reader").value == 0.0
+    assert rollout.check("middle share, rank-1 reader").value == rollout.check("middle share, random reader").value > 0.3
+    assert rollout.check("middle share, consistent reader").value == 0.0  # following one person is still 0 or 1
+    assert rollout.check("mean(u)").value == index_order.check("mean(u)").value and rollout.ok
