@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from awarl.data.records import Passage
+from awarl.data.world_noise import TIE_ORDERS
 from awarl.errors import ConfigError
 from awarl.protocol import parse_results
 
@@ -58,9 +59,6 @@ _PROFILE = re.compile(r"^([1-4])/([1-4])@(0(?:\.\d+)?)$")
 
 class WorldError(ConfigError):
     """Knobs that cannot make a world; the message names the knob and the limit."""
-
-
-TIE_ORDERS = ("index", "rollout")  # WorldConfig.tie_order
 
 
 @dataclass(frozen=True)

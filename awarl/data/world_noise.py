@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 NOISE_FILE = "noise.json"
+TIE_ORDERS = ("index", "rollout")  # the order of passages of equal score: the index's, or drawn per rollout
 
 
 class NoiseFileError(ValueError):
@@ -114,8 +115,8 @@ class NoiseTable:
         if not 0.0 <= v <= 1.0 or bad:
             raise NoiseFileError(f"{path}: probabilities must be in [0, 1] (visible_failure {v}, silent of {bad[:3]})")
         order = raw.get("tie_order", "index")
-        if order not in ("index", "rollout"):
-            raise NoiseFileError(f"{path}: tie_order must be 'index' or 'rollout', got {order!r}")
+        if order not in TIE_ORDERS:
+            raise NoiseFileError(f"{path}: tie_order must be one of {', '.join(TIE_ORDERS)}, got {order!r}")
         return cls(v, questions, order)
 
 
@@ -172,4 +173,5 @@ class RolloutNoise:
         return out
 
 
-__all__ = ["NOISE_FILE", "NoiseFileError", "NoiseTable", "QuestionNoise", "RolloutNoise", "draw", "load_noise"]
+__all__ = ["NOISE_FILE", "TIE_ORDERS", "NoiseFileError", "NoiseTable", "QuestionNoise", "RolloutNoise", "draw",
+           "load_noise"]

@@ -19,7 +19,8 @@ docs/fidelity.md, World v2):
   most mean(u) + 0.05 (the gold namesake's rank carries no cue);
 - ``middle share`` (context for the base's spread bound, >= 20% of answerable questions at p_i in
   (0.2, 0.5)): the share of answerable questions whose p_i lies there, in expectation, for the reader
-  that picks a shown namesake at random in every rollout (its p_i is u_q) and for a *consistent* reader,
+  that picks a shown namesake at random in every rollout (its p_i is its expected accuracy on the question)
+  and for a *consistent* reader,
   which follows one shown namesake, the same in every rollout (what a trained reader does: its p_i on a
   question is 0 or (1 - f) times the retry's success, never j/m, and only its mean over a kind is u), and
   for the reader that follows the first namesake shown (the same as the consistent one with the index's tie
