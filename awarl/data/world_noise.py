@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -162,15 +163,10 @@ class RolloutNoise:
     def _ties_in_rollout_order(self, hits: list[Any]) -> list[Any]:
         """Each run of equal scores sorted by a draw keyed by this rollout and the passage id: a fixed
         order within the rollout, an independent one in every other; the runs keep their places."""
-        out: list[Any] = []
-        i = 0
-        while i < len(hits):
-            j = i + 1
-            while j < len(hits) and hits[j].score == hits[i].score:
-                j += 1
-            out += sorted(hits[i:j], key=lambda h: draw(self.record_id, self.rollout_seed, "order", h.passage.id))
-            i = j
-        return out
+        def key(h: Any) -> float:
+            return draw(self.record_id, self.rollout_seed, "order", h.passage.id)
+
+        return [h for _, run in itertools.groupby(hits, key=lambda h: h.score) for h in sorted(run, key=key)]
 
 
 __all__ = ["NOISE_FILE", "TIE_ORDERS", "NoiseFileError", "NoiseTable", "QuestionNoise", "RolloutNoise", "draw",

@@ -297,14 +297,14 @@ def _readers(world: World, answerable: list[Any], index: Any,
                  if h.passage.text.startswith(q.person + verb)]
         keep = (1 - q.cues.get("silent_noise", 0.0)) * retry
         good = [world.parent.get(c) == q.answer and _link_found(world, index, c, topk, link_cache) for c in shown]
-        total += keep * sum(good) / len(good) if good else 0.0
         random_p = keep * sum(good) / len(good) if good else 0.0
+        total += random_p
         first = (random_p if per_rollout else keep * good[0]) if good else 0.0
         middle["random"] += MIDDLE[0] < random_p < MIDDLE[1]
         middle["consistent"] += sum(good) / len(good) if good and MIDDLE[0] < keep < MIDDLE[1] else 0.0
         middle["rank-1"] += MIDDLE[0] < first < MIDDLE[1]
         for r in by_rank:  # with the order drawn per rollout every rank shows each namesake alike
-            by_rank[r] += (keep * sum(good) / len(good) if per_rollout else keep * good[min(r, len(good)) - 1]) if good else 0.0
+            by_rank[r] += (random_p if per_rollout else keep * good[min(r, len(good)) - 1]) if good else 0.0
     n = max(len(answerable), 1)
     return total / n, {r: v / n for r, v in by_rank.items()}, {k: v / n for k, v in middle.items()}
 
