@@ -1,8 +1,9 @@
 """The fidelity study's design and bookkeeping (docs/fidelity.md, "Study v2"; DESIGN §10).
 
-Three tiers, each a table of its own, run in this order: T1 (world v2, the medium base: AWA at three
-γ against static, data manipulation and ``none``), T2 (a weak base: can the controller's guards keep
-AWA from collapsing into refusal) and T3 (world v1, the regression control). Every arm names every
+Tiers, each a table of its own, run in this order: T1 (world v2, the medium base: AWA at three
+γ against static, data manipulation and ``none``), T1r (the same arms on world v2 with ``tie_order:
+rollout``, a second world for claims 1-4), T2 (a weak base: can the controller's guards keep AWA from
+collapsing into refusal) and T3 (world v1, the regression control). Every arm names every
 reward switch (`STUDY_REWARD` holds one value for each `RewardConfig` field), so no arm moves when a
 default does; every arm of a tier trains the same optimizer steps from the same base per seed.
 
@@ -96,22 +97,35 @@ class Tier:
 
 
 _AWA = {"kind": "awa", "floor_abstain": True, "anti_windup": "freeze"}
+CLAIM_ARMS = (
+    Arm("awa_g0.2", reward(**_AWA, gamma=0.2), "a plateau at its own target (claims 2, 3)"),
+    Arm("awa_g0.5", reward(**_AWA, gamma=0.5), "stays at its target while static drifts (claims 1, 2, 4)"),
+    Arm("awa_g1.0", reward(**_AWA, gamma=1.0), "the highest plateau (claim 2)"),
+    Arm("static_0.5", reward(kind="static", static_reward=0.5), "the static reward drifts (claim 1)"),
+    Arm("data_manip", reward(kind="unanswerable_only"), "the paper's data-manipulation baseline (claims 3, 4)"),
+    Arm("none", reward(kind="none"), "accuracy only (claim 3)"),
+    Arm("ternary", reward(kind="ternary"), "a common abstention baseline (one seed)", seeds=(0,)),
+    Arm("static_0.3", reward(kind="static", static_reward=0.3), "a second static value (one seed)", seeds=(0,)),
+)
+"""The arms of claims 1-4 and the two one-seed baselines, the same on every world that checks those claims."""
+CLAIM_TIERS = ("T1", "T1r")
+"""The tiers whose arms are `CLAIM_ARMS`: claims 1-4 are checked on each (T1r's numbered 1r-4r)."""
+TIE_ORDER_ROLLOUT = ("world.tie_order=rollout",)
+"""T1r's world: T1's with the order of tied passages drawn per rollout (`awarl.data.world_noise`), so a
+reader that follows the first namesake shown has p_i near its ceiling rather than 0 or 1 (docs/fidelity.md,
+"T1r"): chosen from the base-spread precondition T1's bases missed, before any T1r arm ran."""
+
 TIERS: dict[str, Tier] = {t.name: t for t in (
     Tier("T1", "world v2, the medium base (claims 1-4)", (), 600, (
-        Arm("awa_g0.2", reward(**_AWA, gamma=0.2), "a plateau at its own target (claims 2, 3)"),
-        Arm("awa_g0.5", reward(**_AWA, gamma=0.5), "stays at its target while static drifts (claims 1, 2, 4)"),
-        Arm("awa_g1.0", reward(**_AWA, gamma=1.0), "the highest plateau (claim 2)"),
-        Arm("static_0.5", reward(kind="static", static_reward=0.5), "the static reward drifts (claim 1)"),
-        Arm("data_manip", reward(kind="unanswerable_only"), "the paper's data-manipulation baseline (claims 3, 4)"),
-        Arm("none", reward(kind="none"), "accuracy only (claim 3)"),
-        Arm("ternary", reward(kind="ternary"), "a common abstention baseline (one seed)", seeds=(0,)),
-        Arm("static_0.3", reward(kind="static", static_reward=0.3), "a second static value (one seed)", seeds=(0,)),
+        *CLAIM_ARMS,
         # The anti-windup guard against the paper's controller, from the same base as awa_g0.5 (claim W)
         Arm("awa_off", reward(kind="awa", floor_abstain=True, anti_windup="off"),
             "the unguarded controller (the paper's): does P_t wind up where freeze holds the target (claim W)"),
         Arm("awa_bound", reward(kind="awa", floor_abstain=True, anti_windup="bound"),
             "the bound form of the guard (P_t >= min_penalty) beside freeze (claim W)"),
     )),
+    Tier("T1r", "world v2 with tie_order: rollout, the medium base (claims 1-4 again, on a second world)",
+         TIE_ORDER_ROLLOUT, 600, CLAIM_ARMS),
     # A weak base built by a lower SFT learning rate (not by stopping SFT before the copying jump).
     Tier("T2", "world v2, a weak base (mean p_i <= 0.2): the controller's guards (issue 21)",
          ("sft.args.learning_rate=5.0e-4",), 600, (

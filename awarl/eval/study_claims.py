@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from awarl.eval.study import SEEDS, STUDY_REWARD, max_window_after, per_seed, plateau_sd, question_level
+from awarl.eval.study import CLAIM_TIERS, SEEDS, STUDY_REWARD, max_window_after, per_seed, plateau_sd, question_level
 
 # The thresholds, as pre-registered (docs/fidelity.md); never tuned to a result.
 DRIFT = 0.9            # claim 1: static's late batch refusal at least this; T2: collapse
@@ -149,16 +149,16 @@ def _shift(values: dict[int, float], by: float) -> dict[int, float]:
 
 
 # -- the claims ----------------------------------------------------------------------------------------------
-def claim_drift(table: dict[str, Any]) -> Claim:
+def claim_drift(table: dict[str, Any], tier: str = "T1", number: str = "1") -> Claim:
     def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
-        static = _at(table, "T1", "static_0.5", "late.refusal", seeds)
-        awa, target = (_at(table, "T1", "awa_g0.5", f"late.{k}", seeds) for k in ("refusal", "target"))
+        static = _at(table, tier, "static_0.5", "late.refusal", seeds)
+        awa, target = (_at(table, tier, "awa_g0.5", f"late.{k}", seeds) for k in ("refusal", "target"))
         return ([seed_test(f"static_0.5 late batch refusal >= {DRIFT}", _shift(static, -DRIFT)),
                  seed_test(f"awa_g0.5 late batch refusal <= its late target + {ABOVE_TARGET}",
                            _shift(_diff(target, awa), ABOVE_TARGET))],
                 {"static_0.5 refusal": static, "awa_g0.5 refusal": awa, "awa_g0.5 target": target})
-    return _claim("1", f"static 0.5 drifts to late batch refusal >= {DRIFT} while AWA γ 0.5 stays <= its training "
-                  f"target + {ABOVE_TARGET}", "T1", table, ["static_0.5", "awa_g0.5"], build)
+    return _claim(number, f"static 0.5 drifts to late batch refusal >= {DRIFT} while AWA γ 0.5 stays <= its training "
+                  f"target + {ABOVE_TARGET}", tier, table, ["static_0.5", "awa_g0.5"], build)
 
 
 def claim_plateaus(table: dict[str, Any], tier: str = "T1", number: str = "2") -> Claim:
@@ -186,11 +186,11 @@ def claim_plateaus(table: dict[str, Any], tier: str = "T1", number: str = "2") -
                   "the last 50 batches have sd <= 0.05", tier, table, arms, build)
 
 
-def claim_precision(table: dict[str, Any]) -> Claim:
+def claim_precision(table: dict[str, Any], tier: str = "T1", number: str = "3") -> Claim:
     def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
-        g = {k: _at(table, "T1", "awa_g0.2", f"greedy.{k}", seeds) for k in ("precision", "accuracy", "ra_f1")}
-        dm = {k: _at(table, "T1", "data_manip", f"greedy.{k}", seeds) for k in g}
-        none = _at(table, "T1", "none", "greedy.precision", seeds)
+        g = {k: _at(table, tier, "awa_g0.2", f"greedy.{k}", seeds) for k in ("precision", "accuracy", "ra_f1")}
+        dm = {k: _at(table, tier, "data_manip", f"greedy.{k}", seeds) for k in g}
+        none = _at(table, tier, "none", "greedy.precision", seeds)
         tests = [seed_test(f"awa_g0.2 - data_manip precision >= +{PRECISION_VS_DM}",
                            _shift(_diff(g["precision"], dm["precision"]), -PRECISION_VS_DM)),
                  seed_test(f"awa_g0.2 - data_manip accuracy >= {ACCURACY_VS_DM}",
@@ -199,21 +199,21 @@ def claim_precision(table: dict[str, Any]) -> Claim:
                            _shift(_diff(g["ra_f1"], dm["ra_f1"]), -RA_F1_VS_DM)),
                  seed_test(f"awa_g0.2 - none precision >= +{PRECISION_VS_NONE}",
                            _shift(_diff(g["precision"], none), -PRECISION_VS_NONE))]
-        runs = {a: table["T1"][a]["runs"] for a in ("awa_g0.2", "data_manip")}
+        runs = {a: table[tier][a]["runs"] for a in ("awa_g0.2", "data_manip")}
         questions = {s: question_level(runs["data_manip"][s], runs["awa_g0.2"][s]) for s in seeds}
         numbers = {"awa_g0.2": g, "data_manip": dm, "none precision": none}
         if any(q is not None for q in questions.values()):  # context: is each seed's difference beyond its noise?
             numbers["awa_g0.2 - data_manip per seed, question-level paired bootstrap"] = questions
         return tests, numbers
-    return _claim("3", "precision at small cost: AWA γ 0.2 against data manipulation, paired: precision >= +0.08, "
-                  "accuracy >= -0.04, RA-F1 >= +0.01; against none: precision >= +0.15", "T1", table,
+    return _claim(number, "precision at small cost: AWA γ 0.2 against data manipulation, paired: precision >= +0.08, "
+                  "accuracy >= -0.04, RA-F1 >= +0.01; against none: precision >= +0.15", tier, table,
                   ["awa_g0.2", "data_manip", "none"], build)
 
 
-def claim_unpredictable(table: dict[str, Any]) -> Claim:
+def claim_unpredictable(table: dict[str, Any], tier: str = "T1", number: str = "4") -> Claim:
     def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
-        dm, awa = (_at(table, "T1", a, "late.refusal", seeds) for a in ("data_manip", "awa_g0.5"))
-        share = _at(table, "T1", "data_manip", "unanswerable_share", seeds)
+        dm, awa = (_at(table, tier, a, "late.refusal", seeds) for a in ("data_manip", "awa_g0.5"))
+        share = _at(table, tier, "data_manip", "unanswerable_share", seeds)
         spread_dm, spread_awa = max(dm.values()) - min(dm.values()), max(awa.values()) - min(awa.values())
         away = {s: abs(dm[s] - share[s]) for s in dm if s in share}
         unpredictable = spread_dm >= DM_SPREAD or any(v >= DM_AWAY for v in away.values())
@@ -224,8 +224,8 @@ def claim_unpredictable(table: dict[str, Any]) -> Claim:
         if len(seeds) < 2:
             tests.append(Criterion("a spread needs >= 2 seeds", False, rule=f"seeds {seeds}"))
         return tests, {"data_manip late refusal": dm, "awa_g0.5 late refusal": awa, "unanswerable share": share}
-    return _claim("4", "data manipulation is unpredictable (late refusal spread over seeds >= 0.1, or >= 0.15 from the "
-                  "unanswerable share at some seed) while AWA γ 0.5's spread is < 0.05", "T1", table,
+    return _claim(number, "data manipulation is unpredictable (late refusal spread over seeds >= 0.1, or >= 0.15 from the "
+                  "unanswerable share at some seed) while AWA γ 0.5's spread is < 0.05", tier, table,
                   ["data_manip", "awa_g0.5"], build)
 
 
@@ -326,10 +326,13 @@ def claim_windup(table: dict[str, Any], guarded: str = "awa_g0.5", number: str =
 
 def claims(table: dict[str, Any]) -> list[Claim]:
     """Claims 1-5 (issue 20), the weak-base claims and the anti-windup claims W / Wb (issue 21); the floored,
-    anti-windup AWA's plateau on the medium base is claim 2 (T1's AWA arms name both guards on)."""
+    anti-windup AWA's plateau on the medium base is claim 2 (T1's AWA arms name both guards on). Claims 1-4
+    are checked again on T1r's world (numbered 1r-4r), with the same thresholds."""
+    again = [claim(table, tier, f"{n}{tier.removeprefix('T1')}") for tier in CLAIM_TIERS if tier != "T1"
+             for n, claim in enumerate((claim_drift, claim_plateaus, claim_precision, claim_unpredictable), start=1)]
     return [claim_drift(table), claim_plateaus(table), claim_precision(table), claim_unpredictable(table),
             claim_regression(table), claim_weak_collapse(table), claim_adaptive(table), claim_attempt(table),
-            claim_forced(table), claim_windup(table), claim_windup(table, "awa_bound", "Wb")]
+            claim_forced(table), claim_windup(table), claim_windup(table, "awa_bound", "Wb"), *again]
 
 
 def diagnose(table: dict[str, Any], tier: str, arm: str, seed: int) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from awarl.eval.study import HELD_OUT, TIERS, mean_sd
+from awarl.eval.study import CLAIM_TIERS, HELD_OUT, TIERS, mean_sd
 from awarl.eval.study_claims import GAMMAS, Claim
 
 BATCH_COLUMNS = ("refusal", "target", "E", "E_ema", "P", "capped", "all_abstain", "three_outcome")
@@ -134,7 +134,8 @@ def markdown(table: dict[str, Any], found: list[Claim], oracle: list[Any] | None
 
 def plot(table: dict[str, Any], out: Path, oracle: list[Any] | None = None) -> list[Path]:
     """``study_<tier>_batches.png`` (per generation batch, mean over seeds: refusal, target dashed, P_t
-    below) and ``study_frontier.png`` (held-out greedy precision against accuracy across γ, T1)."""
+    below) and, per claim tier, ``study_frontier.png`` (T1; ``study_frontier_<tier>.png`` for the others:
+    held-out greedy precision against accuracy across γ)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,30 +161,43 @@ def plot(table: dict[str, Any], out: Path, oracle: list[Any] | None = None) -> l
         paths.append(Path(out) / f"study_{tier}_batches.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
-    points = [(g, _mean_xy(table["T1"][a])) for a, g in GAMMAS if a in table.get("T1", {})]
-    points = [(g, xy) for g, xy in points if xy is not None]
-    if points or oracle:
-        fig, ax = plt.subplots(figsize=(6, 5))
-        if points:
-            ax.plot([xy[0] for _, xy in points], [xy[1] for _, xy in points], "o-", label="AWA across γ (held-out, greedy)")
-            for i, (g, (x, y)) in enumerate(points):  # alternate sides: the arms' points often lie close
-                ax.annotate(f"γ {g}", (x, y), xytext=(6, -10 if i % 2 else 4), textcoords="offset points", fontsize=8)
-        if oracle:
-            ax.plot([p.accuracy for p in oracle], [p.precision for p in oracle], "k^--", lw=1, label="oracle (knows u_q)")
-            for p in oracle:
-                ax.annotate(f"γ {p.gamma}", (p.accuracy, p.precision), xytext=(6, 0), textcoords="offset points", fontsize=8)
-        for arm in ("static_0.5", "data_manip", "none"):
-            xy = _mean_xy(table.get("T1", {}).get(arm))
-            if xy is not None:
-                ax.plot(*xy, "s", label=arm)
-        ax.set_xlabel("accuracy")
-        ax.set_ylabel("precision")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths.append(Path(out) / "study_frontier.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+    for tier in CLAIM_TIERS:
+        path = _frontier(table.get(tier, {}), Path(out) / ("study_frontier.png" if tier == "T1" else f"study_frontier_{tier}.png"),
+                         oracle, tier)
+        if path is not None:
+            paths.append(path)
     return paths
+
+
+def _frontier(arms: dict[str, Any], path: Path, oracle: list[Any] | None, tier: str) -> Path | None:
+    """One claim tier's held-out greedy precision against accuracy across γ, the baselines and the oracle
+    (the oracle knows u_q, which T1r's tie order leaves as T1's); None when there is nothing to draw."""
+    import matplotlib.pyplot as plt
+
+    points = [(g, _mean_xy(arms[a])) for a, g in GAMMAS if a in arms]
+    points = [(g, xy) for g, xy in points if xy is not None]
+    if not points and (not oracle or tier != "T1"):
+        return None
+    fig, ax = plt.subplots(figsize=(6, 5))
+    if points:
+        ax.plot([xy[0] for _, xy in points], [xy[1] for _, xy in points], "o-", label=f"AWA across γ ({tier}, held-out, greedy)")
+        for i, (g, (x, y)) in enumerate(points):  # alternate sides: the arms' points often lie close
+            ax.annotate(f"γ {g}", (x, y), xytext=(6, -10 if i % 2 else 4), textcoords="offset points", fontsize=8)
+    if oracle:
+        ax.plot([p.accuracy for p in oracle], [p.precision for p in oracle], "k^--", lw=1, label="oracle (knows u_q)")
+        for p in oracle:
+            ax.annotate(f"γ {p.gamma}", (p.accuracy, p.precision), xytext=(6, 0), textcoords="offset points", fontsize=8)
+    for arm in ("static_0.5", "data_manip", "none"):
+        xy = _mean_xy(arms.get(arm))
+        if xy is not None:
+            ax.plot(*xy, "s", label=arm)
+    ax.set_xlabel("accuracy")
+    ax.set_ylabel("precision")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _mean_curve(runs: list[list[dict[str, float]]], key: str) -> list[float]:

@@ -100,7 +100,7 @@ def record(out: Path, tier: str, arm: str, seed: int, *, refusal: float | list[f
                                 "unanswerable_share_rl": share, "rollouts_per_batch": 64})
 
 
-def _t1(out: Path, seeds=SEEDS) -> None:
+def _t1(out: Path, seeds=SEEDS, tier: str = "T1") -> None:
     """A T1 study where claims 1-3 hold (and 4 fails: data manipulation ends at the unanswerable share)."""
     default = {
         "awa_g0.2": dict(refusal=0.40, target=0.42, greedy={"precision": 0.70, "accuracy": 0.56, "ra_f1": 0.622}),
@@ -112,7 +112,7 @@ def _t1(out: Path, seeds=SEEDS) -> None:
     }
     for arm, numbers in default.items():
         for seed in seeds:
-            record(out, "T1", arm, seed, **numbers)
+            record(out, tier, arm, seed, **numbers)
 
 
 def _verdicts(out: Path) -> dict[str, bool | None]:
@@ -195,6 +195,23 @@ def test_t1_claims_hold_on_a_study_that_shows_them(tmp_path):
     verdicts = _verdicts(tmp_path)
     assert verdicts["1"] and verdicts["2"] and verdicts["3"]
     assert verdicts["4"] is False  # data manipulation ends at the unanswerable share at every seed: predictable
+
+
+def test_claims_1_to_4_are_checked_again_on_t1r_from_its_own_runs(tmp_path):
+    """T1r (the tie-order world) has T1's claim arms, and its claims 1r-4r read T1r's runs only."""
+    assert [a.name for a in TIERS["T1r"].arms] == [a.name for a in TIERS["T1"].arms[:len(TIERS["T1r"].arms)]]
+    assert "world.tie_order=rollout" in study.base_overrides(TIERS["T1r"])
+    _t1(tmp_path, tier="T1r")
+    for seed in SEEDS:  # on T1 static does not drift: 1 fails there and holds on T1r
+        record(tmp_path, "T1", "static_0.5", seed, refusal=0.5, target=0.55)
+        record(tmp_path, "T1", "awa_g0.5", seed, refusal=0.52, target=0.55)
+    verdicts = _verdicts(tmp_path)
+    assert verdicts["1"] is False and verdicts["1r"] and verdicts["2r"] and verdicts["3r"] and verdicts["4r"] is False
+    assert verdicts["2"] is None and verdicts["3"] is None  # T1's γ 0.2 / 1.0 arms have not run
+    found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
+    assert "--tier T1r" in found["2r"].command
+    assert [p.name for p in plot(aggregate(load_runs(tmp_path)), tmp_path)] == [
+        "study_T1_batches.png", "study_T1r_batches.png", "study_frontier.png", "study_frontier_T1r.png"]
 
 
 def test_claim_1_fails_when_static_does_not_drift_and_names_a_diagnostic(tmp_path):
