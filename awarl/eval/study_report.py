@@ -87,11 +87,11 @@ def kind_table(tier: str, arms: dict[str, Any]) -> list[str]:
 
 
 def claims_markdown(found: list[Claim]) -> list[str]:
-    lines = ["| claim | holds | seeds | tests |", "|---|---|---|---|"]
+    lines = ["| claim | tier | holds | seeds | tests |", "|---|---|---|---|---|"]
     for c in found:
         tests = "; ".join(f"{t.name}: {'yes' if t.holds else 'no'} ({t.rule})" for t in c.tests) or \
             f"missing arms: {', '.join(c.missing)}"
-        lines.append(f"| {c.number}. {c.text} | {c.verdict} | {','.join(map(str, c.seeds)) or '–'} | {tests} |")
+        lines.append(f"| {c.number}. {c.text} | {c.tier} | {c.verdict} | {','.join(map(str, c.seeds)) or '–'} | {tests} |")
     lines.append("")
     for c in found:
         if c.holds is None:
