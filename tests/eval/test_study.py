@@ -199,7 +199,8 @@ def test_t1_claims_hold_on_a_study_that_shows_them(tmp_path):
 
 def test_claims_1_to_4_are_checked_again_on_t1r_from_its_own_runs(tmp_path):
     """T1r (the tie-order world) has T1's claim arms, and its claims 1r-4r read T1r's runs only."""
-    assert [a.name for a in TIERS["T1r"].arms] == [a.name for a in TIERS["T1"].arms[:len(TIERS["T1r"].arms)]]
+    assert [a.name for a in TIERS["T1r"].arms] == [a.name for a in study.CLAIM_ARMS]
+    assert [a.name for a in TIERS["T1"].arms[:len(study.CLAIM_ARMS)]] == [a.name for a in study.CLAIM_ARMS]
     assert "world.tie_order=rollout" in study.base_overrides(TIERS["T1r"])
     _t1(tmp_path, tier="T1r")
     for seed in SEEDS:  # on T1 static does not drift: 1 fails there and holds on T1r
