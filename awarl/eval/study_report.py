@@ -171,12 +171,12 @@ def plot(table: dict[str, Any], out: Path, oracle: list[Any] | None = None) -> l
 
 def _frontier(arms: dict[str, Any], path: Path, oracle: list[Any] | None, tier: str) -> Path | None:
     """One claim tier's held-out greedy precision against accuracy across γ, the baselines and the oracle
-    (the oracle knows u_q, which T1r's tie order leaves as T1's); None when there is nothing to draw."""
+    (the oracle knows u_q, which T1r's tie order leaves as T1's); None before any of its γ arms finished."""
     import matplotlib.pyplot as plt
 
     points = [(g, _mean_xy(arms[a])) for a, g in GAMMAS if a in arms]
     points = [(g, xy) for g, xy in points if xy is not None]
-    if not points and (not oracle or tier != "T1"):
+    if not points:  # a claim tier's frontier once one of its γ arms has finished
         return None
     fig, ax = plt.subplots(figsize=(6, 5))
     if points:
