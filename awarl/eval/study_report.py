@@ -124,6 +124,8 @@ def markdown(table: dict[str, Any], found: list[Claim], oracle: list[Any] | None
                   + (" …" if len(pending) > 12 else "") + "). The numbers below are of what has finished.", ""]
     for tier in [t for t in TIERS if t in table] + sorted(set(table) - set(TIERS)):
         lines += tier_table(tier, table[tier]) + kind_table(tier, table[tier])
+        if tier in CLAIM_TIERS and (found_frontier := frontier(table[tier])) is not None:
+            lines += frontier_markdown(tier, found_frontier)
     if oracle:
         lines += ["Oracle that knows u_q (upper bounds; `awarl.eval.world_audit.oracle_frontier`):", "",
                   "| γ | refusal | precision | accuracy |", "|---|---|---|---|"]
@@ -169,29 +171,93 @@ def plot(table: dict[str, Any], out: Path, oracle: list[Any] | None = None) -> l
     return paths
 
 
+@dataclass
+class Frontier:
+    """One claim tier's held-out greedy (accuracy, precision, refusal) across γ: per seed, and the mean over
+    the seeds every γ arm shown has finished (a mean over different seed sets would mix seeds into γ)."""
+
+    per_seed: dict[int, list[tuple[float, tuple[float, float, float]]]]
+    shared: list[int]
+    mean: list[tuple[float, tuple[float, float, float]]]
+    baselines: dict[str, tuple[list[int], tuple[float, float, float]]]
+
+    def ordered_seeds(self) -> list[int]:
+        """The seeds where held-out refusal rises strictly with γ across all three γ arms."""
+        return [s for s, pts in self.per_seed.items()
+                if len(pts) == len(GAMMAS) and all(a[1][2] < b[1][2] for a, b in zip(pts, pts[1:]))]
+
+
+def _xyr(summary: dict[str, Any]) -> tuple[float, float, float] | None:
+    greedy = summary.get("greedy") or {}
+    values = [greedy.get(k) for k in ("accuracy", "precision", "refusal_rate")]
+    return None if any(not isinstance(v, (int, float)) for v in values) else tuple(float(v) for v in values)
+
+
+def frontier(arms: dict[str, Any]) -> Frontier | None:
+    """`Frontier` of one tier's arms; None before any of its γ arms finished."""
+    shown = [(a, g) for a, g in GAMMAS if a in arms]
+    per_arm = {a: {s: xyr for s, summary in arms[a]["per_seed"].items() if (xyr := _xyr(summary))} for a, _ in shown}
+    shown = [(a, g) for a, g in shown if per_arm[a]]
+    if not shown:
+        return None
+    seeds = sorted({s for a, _ in shown for s in per_arm[a]})
+    per_seed = {s: [(g, per_arm[a][s]) for a, g in shown if s in per_arm[a]] for s in seeds}
+    shared = [s for s in seeds if all(s in per_arm[a] for a, _ in shown)]
+
+    def mean(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+        return tuple(sum(p[i] for p in points) / len(points) for i in range(3))
+
+    baselines = {}
+    for arm in ("static_0.5", "data_manip", "none"):
+        own = {s: xyr for s, summary in (arms.get(arm) or {}).get("per_seed", {}).items() if (xyr := _xyr(summary))}
+        use = [s for s in shared if s in own] or sorted(own)
+        if use:
+            baselines[arm] = (use, mean([own[s] for s in use]))
+    return Frontier(per_seed, shared, [(g, mean([per_arm[a][s] for s in shared])) for a, g in shown] if shared else [],
+                    baselines)
+
+
+def frontier_markdown(tier: str, found: Frontier) -> list[str]:
+    """Held-out greedy refusal, precision and accuracy across γ at each seed, and where refusal rises with γ."""
+    gammas = [g for _, g in GAMMAS]
+    lines = [f"### {tier}: the frontier across γ, per seed (held-out, greedy: refusal / precision / accuracy)", "",
+             "| seed | " + " | ".join(f"γ {g}" for g in gammas) + " |", "|---" * (len(gammas) + 1) + "|"]
+    for seed, points in found.per_seed.items():
+        by_g = dict(points)
+        lines.append(f"| {seed} | " + " | ".join(
+            f"{by_g[g][2]:.3f} / {by_g[g][1]:.3f} / {by_g[g][0]:.3f}" if g in by_g else "–" for g in gammas) + " |")
+    complete = [s for s, pts in found.per_seed.items() if len(pts) == len(GAMMAS)]
+    ordered = found.ordered_seeds()
+    lines += ["", f"Refusal rises strictly with γ at {len(ordered)} of the {len(complete)} seeds where all three γ "
+              f"finished ({', '.join(map(str, ordered)) or 'none'}).", ""]
+    return lines
+
+
 def _frontier(arms: dict[str, Any], path: Path, oracle: list[Any] | None, tier: str) -> Path | None:
-    """One claim tier's held-out greedy precision against accuracy across γ, the baselines and the oracle
-    (the oracle knows u_q, which T1r's tie order leaves as T1's); None before any of its γ arms finished."""
+    """One claim tier's held-out greedy precision against accuracy across γ: a thin line per seed, the mean over
+    the seeds all γ arms share, the baselines over those seeds and the oracle (the oracle knows u_q, which T1r's
+    tie order leaves as T1's); None before any of its γ arms finished."""
     import matplotlib.pyplot as plt
 
-    points = [(g, _mean_xy(arms[a])) for a, g in GAMMAS if a in arms]
-    points = [(g, xy) for g, xy in points if xy is not None]
-    if not points:  # a claim tier's frontier once one of its γ arms has finished
+    found = frontier(arms)
+    if found is None:
         return None
     fig, ax = plt.subplots(figsize=(6, 5))
-    if points:
-        ax.plot([xy[0] for _, xy in points], [xy[1] for _, xy in points], "o-", label=f"AWA across γ ({tier}, held-out, greedy)")
-        for i, (g, (x, y)) in enumerate(points):  # alternate sides: the arms' points often lie close
+    for seed, points in found.per_seed.items():
+        ax.plot([xyr[0] for _, xyr in points], [xyr[1] for _, xyr in points], ".-", lw=0.8, alpha=0.45,
+                label=f"AWA across γ, seed {seed}")
+    if found.mean:
+        ax.plot([xyr[0] for _, xyr in found.mean], [xyr[1] for _, xyr in found.mean], "o-", color="k", lw=1.6,
+                label=f"AWA across γ ({tier}), mean over seeds {','.join(map(str, found.shared))}")
+        for i, (g, (x, y, _)) in enumerate(found.mean):  # alternate sides: the arms' points often lie close
             ax.annotate(f"γ {g}", (x, y), xytext=(6, -10 if i % 2 else 4), textcoords="offset points", fontsize=8)
     if oracle:
         ax.plot([p.accuracy for p in oracle], [p.precision for p in oracle], "k^--", lw=1, label="oracle (knows u_q)")
         for p in oracle:
             ax.annotate(f"γ {p.gamma}", (p.accuracy, p.precision), xytext=(6, 0), textcoords="offset points", fontsize=8)
-    for arm in ("static_0.5", "data_manip", "none"):
-        xy = _mean_xy(arms.get(arm))
-        if xy is not None:
-            ax.plot(*xy, "s", label=arm)
-    ax.set_xlabel("accuracy")
+    for arm, (seeds, (x, y, _)) in found.baselines.items():
+        ax.plot(x, y, "s", label=f"{arm} (seeds {','.join(map(str, seeds))})")
+    ax.set_xlabel("accuracy (held-out, greedy)")
     ax.set_ylabel("precision")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -210,11 +276,3 @@ def _mean_curve(runs: list[list[dict[str, float]]], key: str) -> list[float]:
             break
         out.append(sum(values) / len(values))
     return out
-
-
-def _mean_xy(entry: dict[str, Any] | None) -> tuple[float, float] | None:
-    if not entry:
-        return None
-    acc = mean_sd([s["greedy"].get("accuracy") for s in entry["per_seed"].values()])[0]
-    prec = mean_sd([s["greedy"].get("precision") for s in entry["per_seed"].values()])[0]
-    return None if acc is None or prec is None else (acc, prec)

@@ -387,6 +387,30 @@ def test_plots_of_a_recorded_study(tmp_path):
     assert [p.name for p in paths] == ["study_T1_batches.png", "study_frontier.png"]
 
 
+def test_the_frontier_averages_only_the_seeds_every_gamma_arm_finished(tmp_path):
+    from awarl.eval.study_report import frontier
+
+    greedy = {("awa_g0.2", 0): (0.60, 0.30, 0.50), ("awa_g0.5", 0): (0.70, 0.25, 0.60),
+              ("awa_g1.0", 0): (0.80, 0.20, 0.70), ("awa_g0.5", 1): (0.90, 0.10, 0.95),
+              ("awa_g0.2", 1): (0.75, 0.22, 0.55), ("awa_g1.0", 1): (0.85, 0.15, 0.90),
+              ("awa_g0.5", 2): (0.10, 0.90, 0.05), ("none", 0): (0.40, 0.35, 0.10), ("none", 2): (0.45, 0.30, 0.05)}
+    for (arm, seed), (prec, acc, ref) in greedy.items():
+        record(tmp_path, "T1r", arm, seed, greedy={"precision": prec, "accuracy": acc, "refusal_rate": ref})
+    table = aggregate(load_runs(tmp_path))
+    found = frontier(table["T1r"])
+    # seed 2 has γ 0.5 only: drawn as its own line, kept out of the mean; seed 1 is not ordered (0.95 > 0.90)
+    assert found.shared == [0, 1] and sorted(found.per_seed) == [0, 1, 2] and found.ordered_seeds() == [0]
+    assert [g for g, _ in found.mean] == [0.2, 0.5, 1.0]
+    assert found.mean[1][1] == pytest.approx(((0.25 + 0.10) / 2, 0.80, (0.60 + 0.95) / 2))
+    assert found.baselines["none"] == ([0], (0.35, 0.40, 0.10))  # over the shared seeds it has
+    text = markdown(table, claims(table))
+    assert "### T1r: the frontier across γ, per seed" in text
+    assert "| 1 | 0.550 / 0.750 / 0.220 | 0.950 / 0.900 / 0.100 | 0.900 / 0.850 / 0.150 |" in text
+    assert "Refusal rises strictly with γ at 1 of the 2 seeds where all three γ finished (0)." in text
+    assert frontier({"none": table["T1r"]["none"]}) is None
+    assert [p.name for p in plot(table, tmp_path)] == ["study_T1r_batches.png", "study_frontier_T1r.png"]
+
+
 def _eval_folder(folder: Path, correct: int, abstained: int, n: int = 40) -> None:
     """A greedy evaluation folder as `awarl eval run` leaves it: records, predictions, settings."""
     from awarl.data.records import QARecord
