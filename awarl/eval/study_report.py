@@ -149,7 +149,8 @@ def plot(table: dict[str, Any], out: Path, oracle: list[Any] | None = None) -> l
         for arm, entry in arms.items():
             curves = {k: _mean_curve([r.batches for r in entry["runs"].values()], k) for k in ("refusal", "target", "P")}
             if curves["refusal"]:
-                line, = top.plot(range(1, len(curves["refusal"]) + 1), curves["refusal"], lw=1.2, label=arm)
+                line, = top.plot(range(1, len(curves["refusal"]) + 1), curves["refusal"], lw=1.2,
+                                 label=f"{arm} (seeds {','.join(map(str, entry['seeds']))})")
                 if curves["target"]:
                     top.plot(range(1, len(curves["target"]) + 1), curves["target"], ls="--", lw=1, color=line.get_color())
                 if curves["P"]:
