@@ -190,7 +190,7 @@ BATCH_KEYS = {
     "all_abstain": "awa/all_abstain_groups", "three_outcome": "awa/three_outcome_groups",
     "zero_advantage": "awa/zero_advantage_groups", "value_correct": "awa/answer_value_correct",
     "value_wrong": "awa/answer_value_wrong", "precision": "awa/precision", "accuracy": "awa/accuracy",
-    "probe_rollouts": "awa/probe_rollouts",
+    "probe_rollouts": "awa/probe_rollouts", "unparsable": "awa/unparsable",
 }
 """Short name -> the logged key (docs/metrics.md) of each per-batch term the study reports."""
 
@@ -326,10 +326,11 @@ def load_runs(out: Path) -> list[Run]:
     return runs
 
 
-HELD_OUT = ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall", "over_refusal", "accuracy_answerable")
+HELD_OUT = ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall", "over_refusal", "accuracy_answerable",
+            "unparsable")
 """The held-out metrics reported greedy and sampled (`awarl.demo.report.run_summary`'s keys)."""
 LATE_TERMS = ("refusal", "target", "E", "E_ema", "P", "capped", "floored", "all_abstain", "three_outcome",
-              "zero_advantage")
+              "zero_advantage", "unparsable")
 
 
 def run_summary(run: Run) -> dict[str, Any]:

@@ -344,6 +344,8 @@ def diagnose(table: dict[str, Any], tier: str, arm: str, seed: int) -> str:
     notes = []
     if (t.get("all_abstain") or 0) >= 0.9:
         notes.append("refusal collapse: nearly every group abstains on every rollout (zero advantage, absorbing)")
+    if (t.get("unparsable") or 0) >= 0.9 or ((summary.get("greedy") or {}).get("unparsable") or 0) >= 0.9:
+        notes.append("format collapse: nearly every rollout ends without a parsable answer (zero advantage, absorbing)")
     if (t.get("capped") or 0) >= 0.8 and (t.get("P") or 0) < 0:
         notes.append("the cap binds on most abstentions under a negative P_t (windup: P_t no longer shapes)")
     if t.get("P") is not None and abs(t["P"]) >= 0.95 * STUDY_REWARD["max_penalty"]:

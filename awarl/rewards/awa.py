@@ -100,6 +100,8 @@ class BatchStats:
     probe_rollouts: int | None = None
     forced_answers: float | None = None
     forced_correct: float | None = None
+    unparsable: float | None = None
+    format_warning: bool = False
 
     def metrics(self) -> dict[str, float]:
         """The namespaced metric keys of docs/metrics.md (terms that are unknown are left out)."""
@@ -128,6 +130,8 @@ class BatchStats:
             "awa/probe_rollouts": self.probe_rollouts,
             "awa/forced_answers": self.forced_answers,
             "awa/forced_correct": self.forced_correct,
+            "awa/unparsable": self.unparsable,
+            "awa/format_collapse_warning": self.format_warning,
         }
         return {k: float(v) for k, v in out.items() if v is not None}
 
@@ -153,6 +157,8 @@ class AnswerAbstainReward:
         self.last: BatchStats | None = None
         self.collapse_streak = 0  # generation batches in a row with all-abstain groups above collapse_warn_share
         self.collapse_message: str | None = None
+        self.format_streak = 0  # generation batches in a row with unparsable rollouts above collapse_warn_share
+        self.format_message: str | None = None
         # Adaptive p_i: the probe (awarl.train.probe) folds its counts in; the rows read p_i through it.
         self.adaptive = CapabilityRatchet(cfg.adaptive_p_alpha) if cfg.adaptive_p else None
         # TRL names a reward (and its `rewards/<name>/…` metrics) after `__name__`.
@@ -285,6 +291,7 @@ class AnswerAbstainReward:
         forced = [r for r in rows if r.forced]
         bonus = [self.attempt_bonus(_OUTCOME_NAMES[r.outcome], r.p) for r in rows if r.outcome in _ANSWERS]
         searches = [r.searches for r in rows]
+        unparsable = sum(r.sampled == OUTCOME_CODES["unparsable"] for r in rows) / len(rows)
         self.last = BatchStats(
             n=len(rows),
             refusal_rate=metrics.refusal_rate,
@@ -312,6 +319,8 @@ class AnswerAbstainReward:
             probe_rollouts=None if self.adaptive is None else self.adaptive.rollouts,
             forced_answers=(len(forced) / groups.groups if groups else 0.0) if cfg.forced_answer else None,
             forced_correct=_share([r.outcome == OUTCOME_CODES["correct"] for r in forced]),
+            unparsable=unparsable,
+            format_warning=self._watch_format(unparsable),
         )
         return self.last
 
@@ -339,10 +348,28 @@ class AnswerAbstainReward:
             log.warning(self.collapse_message)
         return True
 
+    def _watch_format(self, unparsable: float) -> bool:
+        """The same watch for a format collapse: the share of rollouts with no parsable answer or abstention
+        above ``collapse_warn_share`` for ``collapse_warn_batches`` training batches in a row."""
+        if self.frozen:
+            return self.format_message is not None
+        cfg = self.cfg
+        if unparsable <= cfg.collapse_warn_share:
+            self.format_streak = 0
+            self.format_message = None
+            return False
+        self.format_streak += 1
+        if self.format_streak < cfg.collapse_warn_batches:
+            return False
+        self.format_message = format_advice(self.format_streak, unparsable, cfg)
+        if self.format_streak % cfg.collapse_warn_batches == 0 and distributed_world()[0] == 0:
+            log.warning(self.format_message)
+        return True
+
     def state_dict(self) -> dict[str, Any]:
         """The penalty state (Ē, P, last E, step), the collapse watch and the adaptive p_i ratchet: save it
         with every checkpoint."""
-        out = {**self.penalty.state_dict(), "collapse_streak": self.collapse_streak}
+        out = {**self.penalty.state_dict(), "collapse_streak": self.collapse_streak, "format_streak": self.format_streak}
         if self.adaptive is not None:
             out["adaptive"] = self.adaptive.state_dict()
         return out
@@ -356,11 +383,12 @@ class AnswerAbstainReward:
                              + ("on" if self.adaptive is not None else "off") + "; resume with the same reward settings")
         if adaptive is not None:
             self.adaptive.load_state_dict(adaptive)
-        streak = state.pop("collapse_streak", 0)
-        if isinstance(streak, bool) or not isinstance(streak, int) or streak < 0:
-            raise ValueError(f"penalty state: 'collapse_streak' must be a whole number >= 0, got {streak!r}")
+        streaks = {name: state.pop(name, 0) for name in ("collapse_streak", "format_streak")}  # older states: 0
+        for name, streak in streaks.items():
+            if isinstance(streak, bool) or not isinstance(streak, int) or streak < 0:
+                raise ValueError(f"penalty state: '{name}' must be a whole number >= 0, got {streak!r}")
         self.penalty.load_state_dict(state)
-        self.collapse_streak = streak
+        self.collapse_streak, self.format_streak = streaks["collapse_streak"], streaks["format_streak"]
 
     def __repr__(self) -> str:
         return f"AnswerAbstainReward(kind={self.cfg.kind!r}, penalty={self.penalty!r})"
@@ -375,6 +403,16 @@ def collapse_advice(streak: int, share: float, cfg: RewardConfig) -> str:
             f"or reward.attempt_bonus: true) or adaptive p_i (reward.adaptive_p: true); "
             f"start GRPO from a stronger base (more SFT steps, or fewer abstentions in the SFT data); or lower "
             f"reward.gamma / use reward.kind: none to see whether the policy can answer at all.")
+
+
+def format_advice(streak: int, share: float, cfg: RewardConfig) -> str:
+    """The loud warning of a lasting format collapse, with what to change."""
+    return (f"FORMAT COLLAPSE: {share:.0%} of the rollouts ended without a parsable answer or abstention (a malformed "
+            f"tool call, no final answer), more than {cfg.collapse_warn_share:.0%} for {streak} generation batches in "
+            f"a row. Every rollout then earns the same reward, GRPO's advantages are zero and the policy cannot learn "
+            f"its way back. Change: restart GRPO from an earlier checkpoint (save_steps keeps them) with a lower "
+            f"grpo.learning_rate, or a KL term to the start (grpo.beta > 0); check the generations in the logs "
+            f"(grpo.log_completions: true).")
 
 
 def _share(flags: Sequence[bool]) -> float | None:

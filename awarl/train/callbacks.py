@@ -94,26 +94,32 @@ def load_penalty_state(penalty: Stateful, checkpoint: str | Path) -> dict[str, A
 
 
 class CollapseWarningCallback(Callback):
-    """Hand the reward's refusal-collapse warning (`AnswerAbstainReward.collapse_message`, computed from the
-    global batch) to ``printer`` — the display of a run whose terminal is quiet, like the demo's — when it
-    starts and again every ``collapse_warn_batches`` batches while it lasts. Without a printer the reward's
-    own ``logging`` warning is what the console shows."""
+    """Hand the reward's collapse warnings (`AnswerAbstainReward.collapse_message` for a refusal collapse,
+    ``format_message`` for a format collapse, both computed from the global batch) to ``printer`` — the display
+    of a run whose terminal is quiet, like the demo's — when one starts and again every ``collapse_warn_batches``
+    batches while it lasts. Without a printer the reward's own ``logging`` warning is what the console shows."""
+
+    WATCHES = (("collapse_message", "collapse_streak"), ("format_message", "format_streak"))
 
     def __init__(self, reward: Any, printer: Callable[[str], None] | None = None):
         self.reward = reward
         self.printer = printer
-        self._shown: int | None = None
+        self._shown: dict[str, int | None] = {message: None for message, _ in self.WATCHES}
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
-        message, streak = getattr(self.reward, "collapse_message", None), getattr(self.reward, "collapse_streak", 0)
-        if self.printer is None or not state.is_world_process_zero or message is None:
+        if self.printer is None or not state.is_world_process_zero:
             return
-        if self._shown is not None and streak < self._shown:  # a new collapse after a recovery
-            self._shown = None
-        if self._shown is not None and streak - self._shown < self.reward.cfg.collapse_warn_batches:
-            return
-        self._shown = streak
-        self.printer(f"[grpo] {message}")
+        for key, streak_key in self.WATCHES:
+            message, streak = getattr(self.reward, key, None), getattr(self.reward, streak_key, 0)
+            if message is None:
+                continue
+            shown = self._shown[key]
+            if shown is not None and streak < shown:  # a new collapse after a recovery
+                shown = None
+            if shown is not None and streak - shown < self.reward.cfg.collapse_warn_batches:
+                continue
+            self._shown[key] = streak
+            self.printer(f"[grpo] {message}")
 
 
 # -- summary line --------------------------------------------------------------------------------------------
@@ -130,6 +136,7 @@ SUMMARY_KEYS: tuple[tuple[str, str, str], ...] = (
     ("awa/precision", "prec", "{:.2f}"),
     ("awa/ra_f1", "RA-F1", "{:.2f}"),
     ("awa/all_abstain_groups", "all-abst", "{:.2f}"),
+    ("awa/unparsable", "unpars", "{:.2f}"),
     ("awa/zero_advantage_groups", "zero-adv", "{:.2f}"),
     ("awa/three_outcome_groups", "3-out", "{:.2f}"),
     ("env/searches_per_rollout", "search", "{:.1f}"),

@@ -411,6 +411,17 @@ def test_the_frontier_averages_only_the_seeds_every_gamma_arm_finished(tmp_path)
     assert [p.name for p in plot(table, tmp_path)] == ["study_T1r_batches.png", "study_frontier_T1r.png"]
 
 
+def test_a_run_that_fell_into_malformed_output_is_diagnosed_as_a_format_collapse(tmp_path):
+    from awarl.eval.study_claims import diagnose
+
+    record(tmp_path, "T1r", "none", 1, refusal=0.07, greedy={"precision": 0.0, "accuracy": 0.0, "unparsable": 1.0})
+    record(tmp_path, "T1r", "none", 2, refusal=0.25, greedy={"unparsable": 0.01})
+    table = aggregate(load_runs(tmp_path))
+    assert "format collapse" in diagnose(table, "T1r", "none", 1)
+    assert "format collapse" not in diagnose(table, "T1r", "none", 2)
+    assert table["T1r"]["none"]["per_seed"][1]["greedy"]["unparsable"] == 1.0  # reported in the tier table
+
+
 def _eval_folder(folder: Path, correct: int, abstained: int, n: int = 40) -> None:
     """A greedy evaluation folder as `awarl eval run` leaves it: records, predictions, settings."""
     from awarl.data.records import QARecord

@@ -227,6 +227,44 @@ def test_a_lasting_collapse_warns_loudly_and_survives_a_resume(caplog):
     assert logged["awa/collapse_warning"] == 0.0 and resumed.collapse_message is None
 
 
+def test_a_lasting_format_collapse_warns_and_survives_a_resume(caplog):
+    """A policy that only emits malformed tool calls earns one reward on every rollout (zero advantage): the
+    reward logs the unparsable share and, when it lasts, a FORMAT COLLAPSE warning, as it does for refusal."""
+    from types import SimpleNamespace
+
+    from awarl.train.callbacks import CollapseWarningCallback
+
+    broken = [{"role": "assistant", "content": '<tool_call>\n{"name": "search", "arguments":":":": "born X"}}\n</tool_call>'}]
+    cfg = RewardConfig(collapse_warn_share=0.9, collapse_warn_batches=3)
+    reward = AnswerAbstainReward(cfg)
+    shown: list[str] = []
+    callback = CollapseWarningCallback(reward, printer=shown.append)
+    state = SimpleNamespace(is_world_process_zero=True)
+    ids = [str(i // 2) for i in range(8)]
+    _, logged = batch(reward, [broken] * 7 + [RIGHT], [0.5] * 8, ids=ids)
+    assert logged["awa/unparsable"] == 7 / 8 and logged["awa/format_collapse_warning"] == 0.0  # 0.875: not above 0.9
+    with caplog.at_level(logging.WARNING, logger="awarl.rewards.awa"):
+        for t in range(2):
+            _, logged = batch(reward, [broken] * 8, [0.5] * 8, ids=ids)
+            callback.on_log(None, state, None, logs={})
+        assert logged["awa/unparsable"] == 1.0 and logged["awa/format_collapse_warning"] == 0.0 and not shown
+        resumed = AnswerAbstainReward(cfg)
+        resumed.load_state_dict(reward.state_dict())
+        callback.reward = resumed
+        _, logged = batch(resumed, [broken] * 8, [0.5] * 8, ids=ids)
+        callback.on_log(None, state, None, logs={})
+    assert logged["awa/format_collapse_warning"] == 1.0 and resumed.format_streak == 3
+    assert logged["awa/collapse_warning"] == 0.0  # no abstention: not a refusal collapse
+    [record] = [r for r in caplog.records if "FORMAT COLLAPSE" in r.getMessage()]
+    assert "learning_rate" in record.getMessage() and shown == [f"[grpo] {resumed.format_message}"]
+    _, logged = batch(resumed, [RIGHT] * 8, [0.5] * 8, ids=ids)
+    assert logged["awa/format_collapse_warning"] == 0.0 and resumed.format_message is None
+    older = {k: v for k, v in reward.state_dict().items() if k != "format_streak"}  # a checkpoint of an older run
+    AnswerAbstainReward(cfg).load_state_dict(older)
+    with pytest.raises(ValueError, match="format_streak"):
+        AnswerAbstainReward(cfg).load_state_dict({**older, "format_streak": -1})
+
+
 # ---- the holes --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("answer, f1", [("Morland Ruvia", 2 / 3), ("Morland Ruvia Pelaria", 0.5)])
