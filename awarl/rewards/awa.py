@@ -410,9 +410,9 @@ def format_advice(streak: int, share: float, cfg: RewardConfig) -> str:
     return (f"FORMAT COLLAPSE: {share:.0%} of the rollouts ended without a parsable answer or abstention (a malformed "
             f"tool call, no final answer), more than {cfg.collapse_warn_share:.0%} for {streak} generation batches in "
             f"a row. Every rollout then earns the same reward, GRPO's advantages are zero and the policy cannot learn "
-            f"its way back. Change: restart GRPO from an earlier checkpoint (save_steps keeps them) with a lower "
-            f"grpo.learning_rate, or a KL term to the start (grpo.beta > 0); check the generations in the logs "
-            f"(grpo.log_completions: true).")
+            f"its way back. Change: restart GRPO from a checkpoint saved before it (grpo.save_total_limit keeps more "
+            f"than the last) with a lower grpo.learning_rate, or with a KL term to the start (grpo.beta > 0); see "
+            f"the generations in the logs (grpo.log_completions: true).")
 
 
 def _share(flags: Sequence[bool]) -> float | None:
