@@ -333,37 +333,29 @@ class AnswerAbstainReward:
     def _watch_collapse(self, all_abstain: float | None) -> bool:
         """Count training batches in a row whose all-abstain share exceeds ``collapse_warn_share``; at
         ``collapse_warn_batches`` (and every as many batches after) warn loudly, saying what to change."""
-        if self.frozen:
-            return self.collapse_message is not None
-        cfg = self.cfg
-        if all_abstain is None or all_abstain <= cfg.collapse_warn_share:
-            self.collapse_streak = 0
-            self.collapse_message = None
-            return False
-        self.collapse_streak += 1
-        if self.collapse_streak < cfg.collapse_warn_batches:
-            return False
-        self.collapse_message = collapse_advice(self.collapse_streak, all_abstain, cfg)
-        if self.collapse_streak % cfg.collapse_warn_batches == 0 and distributed_world()[0] == 0:
-            log.warning(self.collapse_message)
-        return True
+        return self._watch("collapse", all_abstain, collapse_advice)
 
     def _watch_format(self, unparsable: float) -> bool:
-        """The same watch for a format collapse: the share of rollouts with no parsable answer or abstention
-        above ``collapse_warn_share`` for ``collapse_warn_batches`` training batches in a row."""
-        if self.frozen:
-            return self.format_message is not None
+        """The same watch for a format collapse: the share of rollouts with no parsable answer or abstention."""
+        return self._watch("format", unparsable, format_advice)
+
+    def _watch(self, name: str, share: float | None, advice: Callable[[int, float, RewardConfig], str]) -> bool:
+        """One collapse watch over ``<name>_streak`` and ``<name>_message``: True while the warning stands."""
+        if self.frozen:  # evaluation batches do not count
+            return getattr(self, f"{name}_message") is not None
         cfg = self.cfg
-        if unparsable <= cfg.collapse_warn_share:
-            self.format_streak = 0
-            self.format_message = None
+        if share is None or share <= cfg.collapse_warn_share:
+            setattr(self, f"{name}_streak", 0)
+            setattr(self, f"{name}_message", None)
             return False
-        self.format_streak += 1
-        if self.format_streak < cfg.collapse_warn_batches:
+        streak = getattr(self, f"{name}_streak") + 1
+        setattr(self, f"{name}_streak", streak)
+        if streak < cfg.collapse_warn_batches:
             return False
-        self.format_message = format_advice(self.format_streak, unparsable, cfg)
-        if self.format_streak % cfg.collapse_warn_batches == 0 and distributed_world()[0] == 0:
-            log.warning(self.format_message)
+        message = advice(streak, share, cfg)
+        setattr(self, f"{name}_message", message)
+        if streak % cfg.collapse_warn_batches == 0 and distributed_world()[0] == 0:
+            log.warning(message)
         return True
 
     def state_dict(self) -> dict[str, Any]:
