@@ -35,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+_ROUNDING_MARGIN = 1.0 + 2.0**-20
+"""A float32 block bound's upward margin over its two roundings (`Postings.block_bound`)."""
+
 from awarl.data.records import DataError
 from awarl.errors import ConfigError
 
@@ -208,7 +211,10 @@ class Postings:
         if out is None:
             out = np.empty(b.n_blocks, dtype=np.float32)
         if r >= 0:
-            return np.multiply(b.bound[r], np.float32(float(self.term_max[term]) / 255.0 * times), out=out)
+            # float32 rounds the scale and the product (each within 2^-24 of exact), which can put a bound one ulp
+            # below the score it bounds; the margin keeps every bound above (a bound may be loose, never low)
+            scale = np.float32(float(self.term_max[term]) / 255.0 * times * _ROUNDING_MARGIN)
+            return np.multiply(b.bound[r], scale, out=out)
         out[:] = 0
         start, end = int(self.indptr[term]), int(self.indptr[term + 1])
         if end > start:

@@ -192,8 +192,19 @@ def test_saved_index_keeps_its_score_floor(tmp_path):
     assert loaded.postings.nonnegative and loaded.postings.score_min == pytest.approx(index.postings.score_min)
 
 
+_ONE_ULP_LOW = ["paris paris paris paris paris paris paris paris paris paris paris rome", "", "", "", "", "paris", "paris",
+                "paris", "paris paris", "paris paris", "paris rome", "paris paris paris", "paris paris paris",
+                "paris paris paris paris", "paris paris paris paris paris", "paris paris paris paris paris paris rome",
+                "paris paris paris paris paris paris rome", "paris paris paris paris paris paris paris rome",
+                "paris paris paris paris paris paris paris paris rome",
+                "paris paris paris paris paris paris paris paris paris rome",
+                "paris paris paris paris paris paris paris paris paris paris paris rome"]
+"""A corpus whose stored bound for 'paris', scaled in float32 without a margin, fell one ulp below its score."""
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=corpora, geometry=BLOCK_GEOMETRY)
+@example(docs=_ONE_ULP_LOW, geometry=(1, 8, 3))
 def test_block_bounds_bound_every_score(docs, geometry):
     """The stored byte of every (term, block), scaled as the scorer scales it, is at least every
     score of that term in that block, and the skips point at exactly the block's postings."""
