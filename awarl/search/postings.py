@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-_ROUNDING_MARGIN = 1.0 + 2.0**-20
-"""A float32 block bound's upward margin over its two roundings (`Postings.block_bound`)."""
-
 from awarl.data.records import DataError
 from awarl.errors import ConfigError
+
+_ROUNDING_MARGIN = 1.0 + 2.0**-20
+"""A float32 block bound's upward margin over its two roundings (`Postings.block_bound`)."""
 
 TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")  # bm25s's (and scikit-learn's) default
 DATA_FILE = "data.csc.index.npy"
