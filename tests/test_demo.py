@@ -208,6 +208,30 @@ def test_demo_refuses_to_resume_with_other_training_settings(tmp_path):
     run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world", overrides=["floors.full.refusal_gap=0.2"])
 
 
+def test_naming_trls_default_num_iterations_still_resumes_a_folder_started_without_it(tmp_path):
+    from awarl.demo import DemoError
+
+    recipe = tiny_recipe(tmp_path / "recipe.yaml")
+    run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world")
+    run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world", overrides=["grpo.num_iterations=1"])
+    with pytest.raises(DemoError, match=r"grpo.num_iterations: '<unset>' -> 2"):
+        run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world",
+                 overrides=["grpo.num_iterations=2", "grpo.save_steps=4"])
+
+
+@pytest.mark.parametrize("grpo, batches", [
+    ({"max_steps": 160, "steps_per_generation": 4}, 40),
+    ({"max_steps": 320, "steps_per_generation": 4, "num_iterations": 2}, 40),  # each batch optimized twice
+    ({"max_steps": 24, "gradient_accumulation_steps": 2, "steps_per_generation": 4}, 12),
+])
+def test_generation_batches_count_a_batch_once_however_often_it_is_optimized(grpo, batches):
+    from types import SimpleNamespace
+
+    from awarl.demo.run import generation_batches
+
+    assert generation_batches(SimpleNamespace(grpo=grpo)) == batches
+
+
 def test_quick_overrides_and_floors():
     full, quick = DemoRecipe.load(DEFAULT_RECIPE), DemoRecipe.load(DEFAULT_RECIPE, quick=True, seed=7)
     assert quick.train["sft"]["args"]["max_steps"] < full.train["sft"]["args"]["max_steps"]

@@ -235,7 +235,10 @@ def settings(recipe: DemoRecipe) -> dict[str, Any]:
         warm["clarified_share"] = recipe.clarified_share
     raw = {"world": recipe.world, "warm_start": warm, "shape": recipe.shape,
            "capability": {"k": recipe.k}, "arms": recipe.arms, **recipe.train}
-    return json.loads(json.dumps(flat("", raw, {}), default=str))
+    out = flat("", raw, {})
+    if out.get("grpo.num_iterations") == 1:  # TRL's default, recorded only when other: folders started before resume
+        del out["grpo.num_iterations"]
+    return json.loads(json.dumps(out, default=str))
 
 
 def check_settings(marker: Path, recipe: DemoRecipe) -> None:

@@ -611,8 +611,11 @@ def summary_fields(line: str) -> dict[str, float]:
 
 
 def generation_batches(config: Any) -> int:
+    """Generation batches of a GRPO run: TRL generates once every ``steps_per_generation x num_iterations``
+    micro-batches (each batch is optimized on ``num_iterations`` times)."""
     g = config.grpo
     per_gen = int(g.get("steps_per_generation") or g.get("gradient_accumulation_steps", 1))
+    per_gen *= int(g.get("num_iterations") or 1)
     return math.ceil(int(g.get("max_steps", 0)) * int(g.get("gradient_accumulation_steps", 1)) / per_gen)
 
 

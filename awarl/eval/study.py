@@ -51,9 +51,11 @@ STUDY_REWARD: dict[str, Any] = {
 aside: the gold judge needs none); an arm changes some of them. A test holds it to the config's fields."""
 
 
-STUDY_BASE = ("sft.args.max_steps=1300", "warm_start.clarified_share=0.0")
-"""The warm start every tier's base is built with (a tier's own overrides come after): the demo recipe's
-values when the study was run, so its bases do not move when the demo's defaults do."""
+STUDY_BASE = ("sft.args.max_steps=1300", "warm_start.clarified_share=0.0", "grpo.max_steps=160",
+              "grpo.save_steps=20", "grpo.num_iterations=1")
+"""The warm start every tier's base is built with and the GRPO schedule its arms start from (a tier's own
+overrides come after; an arm sets its steps): the demo recipe's values when the study was run, so its bases
+and arms do not move when the demo's defaults do."""
 
 
 def reward(**changes: Any) -> dict[str, Any]:
