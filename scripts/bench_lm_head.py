@@ -1,18 +1,16 @@
 """SFT and GRPO step time on CPU with TRL's fused LM head against awarl's plain one
-(`awarl.train.lm_head`), in the same run, from a finished `awarl demo` folder; and the plain head
-filling only the fields the trainer asks for (as shipped) against it filling every field.
+(`awarl.train.lm_head`), in the same run, from a finished `awarl demo` folder.
 
-    python scripts/bench_lm_head.py --demo runs/demo [--sft-steps 30] [--grpo-steps 12] [--rounds 3]
+    python scripts/bench_lm_head.py --demo runs/demo [--sft-steps 30] [--grpo-steps 12] [--rounds 2]
 
 Each round builds the trainers of the demo's own recipes (``sft/awarl_recipe.yaml`` from the
-demo's untrained model, ``grpo/awa/awarl_recipe.yaml`` from its SFT checkpoint) three times: with
-TRL's tiles (the plain head switched off), with awarl's head computing every output field, and
-with awarl's head computing only the asked ones, rotating the order between rounds so drifting
-machine load hits all alike. Nothing is saved. SFT's first two steps and
+demo's untrained model, ``grpo/awa/awarl_recipe.yaml`` from its SFT checkpoint) twice, once with
+TRL's tiles (the plain head switched off) and once with awarl's, alternating the order between
+rounds so drifting machine load hits both alike. Nothing is saved. SFT's first two steps and
 GRPO's first generation batch (4 optimizer steps) are left out of the timing; a GRPO step's time
 includes its share of the generation. Prints a table with the mean seconds per optimizer step
-(median over rounds), the ratios, and the first SFT step's loss of each head (they must agree:
-the heads compute the same function).
+(median over rounds), the ratio, and the first SFT step's loss of each head (they must agree:
+the two heads compute the same function).
 """
 
 from __future__ import annotations
@@ -57,18 +55,13 @@ class StepClock(TrainerCallback):
         return statistics.fmean(gaps)
 
 
-HEADS = ("trl", "plain, every field", "plain")
-
-
-def run(stage: str, demo: Path, head: str, steps: int) -> StepClock:
+def run(stage: str, demo: Path, plain: bool, steps: int) -> StepClock:
     from awarl.train import lm_head
     from awarl.train.config import TrainConfig
 
-    original, requested = lm_head.use_plain_lm_head, lm_head._requested
-    if head == "trl":
+    original = lm_head.use_plain_lm_head
+    if not plain:
         lm_head.use_plain_lm_head = lambda *args, **kwargs: False
-    elif head == "plain, every field":
-        lm_head._requested = lambda forward: frozenset(lm_head.FIELDS)
     clock = StepClock()
     cwd = Path.cwd()
     try:
@@ -92,7 +85,7 @@ def run(stage: str, demo: Path, head: str, steps: int) -> StepClock:
             trainer.train()
     finally:
         os.chdir(cwd)
-        lm_head.use_plain_lm_head, lm_head._requested = original, requested
+        lm_head.use_plain_lm_head = original
     return clock
 
 
@@ -101,7 +94,7 @@ def main() -> None:
     parser.add_argument("--demo", type=Path, required=True, help="a finished `awarl demo` folder")
     parser.add_argument("--sft-steps", type=int, default=30)
     parser.add_argument("--grpo-steps", type=int, default=12, help="optimizer steps (4 per generation batch)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     demo = args.demo.resolve()
     for needed in ("sft/awarl_recipe.yaml", "grpo/awa/awarl_recipe.yaml", "sft/final"):
@@ -109,24 +102,25 @@ def main() -> None:
             sys.exit(f"{demo}: no {needed}; point --demo at a finished `awarl demo` folder")
     import torch
 
-    times: dict[tuple[str, str], list[float]] = {}
-    first_loss: dict[str, float] = {}
+    times: dict[tuple[str, bool], list[float]] = {}
+    first_loss: dict[bool, float] = {}
     for round_ in range(args.rounds):
-        order = HEADS[round_ % 3:] + HEADS[:round_ % 3]
+        order = (False, True) if round_ % 2 == 0 else (True, False)
         for stage, steps, skip in (("sft", args.sft_steps, 2), ("grpo", args.grpo_steps, 4)):
-            for head in order:
-                clock = run(stage, demo, head, steps)
-                times.setdefault((stage, head), []).append(clock.per_step(skip))
+            for plain in order:
+                clock = run(stage, demo, plain, steps)
+                times.setdefault((stage, plain), []).append(clock.per_step(skip))
                 if stage == "sft":
-                    first_loss[head] = clock.losses[0]
-                print(f"round {round_ + 1} {stage} {head}: {times[(stage, head)][-1]:.3f} s/step", file=sys.stderr)
+                    first_loss[plain] = clock.losses[0]
+                print(f"round {round_ + 1} {stage} {'plain' if plain else 'trl'}: "
+                      f"{times[(stage, plain)][-1]:.3f} s/step", file=sys.stderr)
     print(f"\ntorch threads {torch.get_num_threads()}, {args.rounds} rounds; mean s per optimizer step, median over rounds\n")
-    print("| stage | TRL fused head | plain head, every field | plain head, asked fields | TRL / asked | every / asked |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| stage | TRL fused head | awarl plain head | ratio TRL / plain |")
+    print("|---|---:|---:|---:|")
     for stage in ("sft", "grpo"):
-        trl, every, asked = (statistics.median(times[(stage, head)]) for head in HEADS)
-        print(f"| {stage} | {trl:.3f} | {every:.3f} | {asked:.3f} | {trl / asked:.2f}x | {every / asked:.2f}x |")
-    print("\nfirst SFT step loss: " + ", ".join(f"{head} {first_loss[head]:.5f}" for head in HEADS))
+        trl, plain = statistics.median(times[(stage, False)]), statistics.median(times[(stage, True)])
+        print(f"| {stage} | {trl:.3f} | {plain:.3f} | {trl / plain:.2f}x |")
+    print(f"\nfirst SFT step loss: TRL {first_loss[False]:.5f}, plain {first_loss[True]:.5f}")
 
 
 if __name__ == "__main__":

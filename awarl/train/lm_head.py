@@ -10,10 +10,7 @@ thirds of an SFT step (docs/benchmarks.md, "SFT step on CPU").
 `use_plain_lm_head` keeps TRL's patched forward and adds a fast path in front of it, for CPU
 only: project the labelled positions in one matrix product, take one ``log_softmax``, and return
 the same `FusedCausalLMOutput` fields (log-probabilities, entropy with its gradient, and the
-metric fields without one), so TRL's losses and metrics read it unchanged. Like TRL's head it
-computes only the fields the trainer asked `add_fused_lm_head` for (GRPO: log-probabilities and
-entropy; SFT: also the top-1 flag) and leaves the others None: each unasked metric is another pass
-over every labelled logit. Calls it cannot serve
+metric fields without one), so TRL's losses and metrics read it unchanged. Calls it cannot serve
 exactly the same way go to TRL's forward: logit soft-capping or scaling, MoE router losses, and
 batches whose labelled logits would exceed `MAX_LOGITS` elements (a large vocabulary times a
 long batch), where TRL's tiles keep memory bounded.
@@ -31,18 +28,15 @@ log = logging.getLogger(__name__)
 # 2^25 float32 logits are 128 MiB, and the log-softmax and its gradient hold two more of them.
 MAX_LOGITS = 1 << 25
 
-FIELDS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
-
 _SCALE_FIELDS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier",
                  "logits_scaling")
 
 
 def use_plain_lm_head(model: Any, *, temperature: float = 1.0) -> bool:
     """Put the CPU fast path in front of the fused head TRL patched onto ``model`` (call it after the
-    trainer is built, with the ``temperature`` the trainer gave `add_fused_lm_head`). The fields
-    filled are those the trainer asked `add_fused_lm_head` for (read from TRL's patched forward;
-    all of them where it cannot be read). Returns False, changing nothing, off CPU or for a model
-    whose logits are scaled or soft-capped."""
+    trainer is built, with the ``temperature`` the trainer gave `add_fused_lm_head`). Every output
+    field is filled, whichever the trainer asked for. Returns False, changing nothing, off CPU or
+    for a model whose logits are scaled or soft-capped."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the model
     if next(base.parameters()).device.type != "cpu":
         return False
@@ -50,7 +44,6 @@ def use_plain_lm_head(model: Any, *, temperature: float = 1.0) -> bool:
     if any(getattr(text_config, name, None) is not None for name in _SCALE_FIELDS):
         return False
     fused_forward = base.forward  # TRL's patched forward: the fallback for every call the fast path declines
-    wanted = _requested(fused_forward)
 
     def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None,
                 **kwargs):
@@ -68,41 +61,22 @@ def use_plain_lm_head(model: Any, *, temperature: float = 1.0) -> bool:
         hidden = self.base_model(*args, **kwargs).last_hidden_state
         if shift_labels is None:
             hidden = hidden[:, :-1]
-        return _score(self.get_output_embeddings(), hidden, targets, temperature, num_items_in_batch, wanted)
+        return _score(self.get_output_embeddings(), hidden, targets, temperature, num_items_in_batch)
 
     base.forward = types.MethodType(forward, base)
     log.debug("plain LM head on CPU (temperature %s)", temperature)
     return True
 
 
-def _requested(fused_forward: Any) -> frozenset[str]:
-    """The output fields the trainer asked `add_fused_lm_head` for: the ``outputs`` its patched
-    forward closes over (TRL 1.16), or every field where that cannot be read."""
-    function = getattr(fused_forward, "__func__", fused_forward)
-    names, cells = getattr(function, "__code__", None), getattr(function, "__closure__", None) or ()
-    bound = dict(zip(names.co_freevars, cells)) if names is not None else {}
-    try:
-        outputs = bound["outputs"].cell_contents
-    except (KeyError, ValueError):  # not TRL's forward, or the cell is empty
-        return frozenset(FIELDS)
-    if not isinstance(outputs, (tuple, list)) or not set(outputs) <= set(FIELDS):
-        return frozenset(FIELDS)
-    return frozenset(outputs) | {"log_probs"}
-
-
-def _score(lm_head: Any, hidden: Any, targets: Any, temperature: float, num_items_in_batch: Any,
-           wanted: frozenset[str] = frozenset(FIELDS)) -> Any:
+def _score(lm_head: Any, hidden: Any, targets: Any, temperature: float, num_items_in_batch: Any) -> Any:
     """`FusedCausalLMOutput` for ``targets`` (-100: not scored) from ``hidden`` (one row per target):
-    the labelled rows through the head at once, log-probabilities under ``logits / temperature``;
-    of the other fields only those ``wanted`` (the rest None, as TRL's head leaves them)."""
+    the labelled rows through the head at once, log-probabilities under ``logits / temperature``."""
     import torch
     from trl.trainer.utils import FusedCausalLMOutput
 
     mask = targets != -100
     rows = hidden[mask].to(lm_head.weight.dtype)
-    logits = torch.nn.functional.linear(rows, lm_head.weight, lm_head.bias).float()
-    if temperature != 1.0:  # dividing by 1.0 is exact: skip the pass over every logit
-        logits = logits / temperature
+    logits = torch.nn.functional.linear(rows, lm_head.weight, lm_head.bias).float() / temperature
     log_all = torch.log_softmax(logits, dim=-1)
     chosen = targets[mask]
 
@@ -111,12 +85,11 @@ def _score(lm_head: Any, hidden: Any, targets: Any, temperature: float, num_item
         return values.new_zeros(mask.shape).masked_scatter(mask, values)
 
     log_probs = spread(log_all.gather(-1, chosen.unsqueeze(-1)).squeeze(-1))
-    entropy = spread(-(log_all.exp() * log_all).sum(-1)) if "entropy" in wanted else None
+    entropy = spread(-(log_all.exp() * log_all).sum(-1))
     with torch.no_grad():
-        log_sum_sq = spread(torch.logsumexp(2 * log_all, dim=-1)) if "log_sum_sq_probs" in wanted else None
-        mean_logits = spread(logits.mean(-1)) if "mean_logits" in wanted else None
-        # the first maximum, as TRL's kernel counts ties
-        is_top1 = spread(logits.argmax(-1) == chosen) if "is_top1" in wanted else None
+        log_sum_sq = spread(torch.logsumexp(2 * log_all, dim=-1))
+        mean_logits = spread(logits.mean(-1))
+        is_top1 = spread(logits.argmax(-1) == chosen)  # the first maximum, as TRL's kernel counts ties
     count = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
     return FusedCausalLMOutput(loss=-log_probs.sum() / count, log_probs=log_probs, entropy=entropy,
                                log_sum_sq_probs=log_sum_sq, mean_logits=mean_logits, is_top1=is_top1,
