@@ -216,6 +216,11 @@ def _originals(warm: Any, copies: int, path: Path) -> bool:
     return originals
 
 
+UNRECORDED_DEFAULTS = {"grpo.num_iterations": 1}
+"""Settings named in a recipe but recorded only when they differ from the trainer's default, so a folder
+started before a recipe named them still resumes."""
+
+
 def settings(recipe: DemoRecipe) -> dict[str, Any]:
     """What a demo folder's stages were made with, flattened to dotted keys (floors only grade
     the report, so they may change between runs)."""
@@ -236,8 +241,9 @@ def settings(recipe: DemoRecipe) -> dict[str, Any]:
     raw = {"world": recipe.world, "warm_start": warm, "shape": recipe.shape,
            "capability": {"k": recipe.k}, "arms": recipe.arms, **recipe.train}
     out = flat("", raw, {})
-    if out.get("grpo.num_iterations") == 1:  # TRL's default, recorded only when other: folders started before resume
-        del out["grpo.num_iterations"]
+    for key, default in UNRECORDED_DEFAULTS.items():
+        if key in out and out[key] == default:
+            del out[key]
     return json.loads(json.dumps(out, default=str))
 
 
