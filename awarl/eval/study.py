@@ -128,9 +128,11 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
     )),
     Tier("T1r", "world v2 with tie_order: rollout, the medium base (claims 1-4 again, on a second world)",
          TIE_ORDER_ROLLOUT, 600, CLAIM_ARMS),
-    # A weak base built by a lower SFT learning rate (not by stopping SFT before the copying jump).
+    # A weak base built by a lower SFT learning rate (not by stopping SFT before the copying jump): 2.5e-4,
+    # weak at seeds 0, 1 and 2 (mean p_i 0.09-0.10), where 5e-4 was weak at seed 0 and not at seed 1
+    # (docs/fidelity.md, "T2's base"); chosen from the bases' p_i before any arm ran on them.
     Tier("T2", "world v2, a weak base (mean p_i <= 0.2): the controller's guards (issue 21)",
-         ("sft.args.learning_rate=5.0e-4",), 600, (
+         ("sft.args.learning_rate=2.5e-4",), 600, (
              Arm("static_0.5", reward(kind="static", static_reward=0.5), "collapses from a weak base"),
              Arm("awa_g0.5", reward(**_AWA), "plain AWA collapses from a weak base"),
              Arm("awa_adaptive", reward(**_AWA, adaptive_p=True), "adaptive p_i follows learning"),
