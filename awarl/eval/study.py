@@ -1,4 +1,4 @@
-"""The fidelity study's design and bookkeeping (docs/fidelity.md, "Study v2"; DESIGN §10).
+"""The fidelity study's design and bookkeeping (docs/fidelity.md, "Study v2").
 
 Tiers, each a table of its own, run in this order: T1 (world v2, the medium base: AWA at three
 γ against static, data manipulation and ``none``), T1r (the same arms on world v2 with ``tie_order:

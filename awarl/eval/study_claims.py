@@ -3,7 +3,7 @@
 
 Every claim is a list of tests. A per-seed test has a *margin* at each seed (how far the seed's
 number is on the right side of its threshold: ``refusal − 0.9`` for "refusal ≥ 0.9"); the paired-seed
-rule of DESIGN §10 says it holds when it holds at every seed, or when the mean margin over the seeds
+rule (docs/fidelity.md, "Pre-registered claims of study v2") says it holds when it holds at every seed, or when the mean margin over the seeds
 exceeds 2 standard errors (sd / √n). Comparisons between arms use the seeds both arms finished (paired
 per seed). A claim whose arms have not run is "not measured"; one on fewer seeds than the study's
 says so. Where a claim fails, its diagnostics name the logged controller terms that explain it.

@@ -1,4 +1,4 @@
-"""The Z3 decision procedure that turns a translation into a finding (DESIGN.md §8).
+"""The Z3 decision procedure that turns a translation into a finding (docs/verify.md, "Results").
 
 With R = the policy's rules, P = premises and C = claims:
 
