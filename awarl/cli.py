@@ -55,7 +55,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(data_app, name="data", help="Prepare official benchmark files into records + corpus.")
-app.add_typer(index_app, name="index", help="Build and inspect retrieval indexes.")
+app.add_typer(index_app, name="index", help="Build retrieval indexes (BM25 or dense).")
 app.add_typer(search_app, name="search", help="Query an index or serve it over HTTP.")
 app.add_typer(capability_app, name="capability", help="Estimate per-query capability p_i.")
 app.add_typer(eval_app, name="eval", help="Score predictions, run evaluations, build reports.")

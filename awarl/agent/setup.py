@@ -22,6 +22,15 @@ from awarl.search.retriever import SCOPES, Retriever
 log = logging.getLogger(__name__)
 
 
+def searched_corpus(index: str | Path | None, corpus: str | Path | None, url: str | None,
+                    data: str | Path | None) -> str | Path | None:
+    """The corpus file a run searches (`resolve_retriever`): the one given, else, with no index or URL,
+    the ``corpus.jsonl`` beside ``data`` when there is one; None otherwise."""
+    if corpus is None and not (index or url) and data is not None and (Path(data).parent / "corpus.jsonl").exists():
+        return Path(data).parent / "corpus.jsonl"
+    return corpus
+
+
 def resolve_retriever(
     index: str | Path | None = None,
     corpus: str | Path | None = None,
@@ -38,8 +47,7 @@ def resolve_retriever(
         raise ConfigError(f"give one of index, corpus or url, not {' and '.join(given)}")
     from awarl.search.client import open_retriever
 
-    if corpus is None and not (index or url) and data is not None and (Path(data).parent / "corpus.jsonl").exists():
-        corpus = Path(data).parent / "corpus.jsonl"
+    corpus = searched_corpus(index, corpus, url, data)
     if index or url or corpus:
         return open_retriever(str(index or url or corpus))
     if passages:

@@ -102,3 +102,5 @@ def report_command(
     paths = build_report(runs, out, bootstrap=bootstrap)
     typer.echo(paths["markdown"].read_text(encoding="utf-8"))
     typer.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+    for warning in json.loads(paths["json"].read_text(encoding="utf-8"))["warnings"]:
+        typer.echo(f"warning: {warning}", err=True)

@@ -277,12 +277,33 @@ def uncertainty(runs: Sequence[RunSummary], samples: int) -> dict[str, Any]:
             questions[run.name] = run_questions(run.path)
     ci = {name: bootstrap_ci(qs, samples=samples) for name, qs in questions.items()}
     paired: dict[str, Any] = {}
+    unpaired: dict[str, str] = {}
     first = runs[0].name
     for run in runs[1:]:
         a, b = questions.get(first), questions.get(run.name)
-        if a and b and {q.id for q in a} == {q.id for q in b}:
+        if not (a and b):
+            unpaired[run.name] = f"no predictions.jsonl and records.jsonl in {(run if not b else runs[0]).path}"
+        elif {q.id for q in a} != {q.id for q in b}:
+            shared = len({q.id for q in a} & {q.id for q in b})
+            unpaired[run.name] = f"its questions differ from {first}'s ({len(b)} and {len(a)}, {shared} shared)"
+        else:
             paired[run.name] = paired_comparison(a, b, samples=samples)
-    return {"samples": samples, "baseline": first, "ci": ci, "paired": paired}
+    return {"samples": samples, "baseline": first, "ci": ci, "paired": paired, "unpaired": unpaired}
+
+
+def comparability_warnings(runs: Sequence[RunSummary], unc: dict[str, Any]) -> list[str]:
+    """What keeps the runs' numbers from being compared as they stand: different passages searched, a run
+    whose passages are not recorded beside runs whose are, a run left out of the paired comparison."""
+    prints = {run.name: (run.metrics.get("fingerprint") or {}).get("sha256") for run in runs}
+    out = []
+    if len({fp for fp in prints.values() if fp}) > 1:
+        out.append("the runs searched different passages; their numbers are not comparable as they stand")
+    if any(prints.values()):
+        out += [f"{name} records no fingerprint (a remote retriever or an older run): whether it searched the same "
+                "passages as the others is unknown" for name, fp in prints.items() if not fp]
+    out += [f"{name} has no paired difference against {unc['baseline']}: {why}"
+            for name, why in (unc.get("unpaired") or {}).items()]
+    return out
 
 
 def _uncertainty_section(unc: dict[str, Any], runs: Sequence[RunSummary]) -> list[str]:
@@ -310,9 +331,10 @@ def _uncertainty_section(unc: dict[str, Any], runs: Sequence[RunSummary]) -> lis
     if any(prints.values()):
         out += ["## Passages searched (fingerprint)", ""]
         out += [f"- {name}: {fp[:16] if fp else 'not recorded (a remote retriever or an older run)'}" for name, fp in prints.items()]
-        if len({fp for fp in prints.values() if fp}) > 1:
-            out.append("- **warning: the runs searched different passages; their numbers are not comparable as they stand**")
         out.append("")
+    warnings = comparability_warnings(runs, unc)
+    if warnings:
+        out += ["## Warnings", "", *[f"- **warning: {w}**" for w in warnings], ""]
     return out
 
 
@@ -346,6 +368,7 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path, *, bootstrap: 
                   "fingerprint": r.metrics.get("fingerprint")} for r in runs],
         "table": rows,
         "uncertainty": unc,
+        "warnings": comparability_warnings(runs, unc),
     }, indent=2) + "\n", encoding="utf-8")
     paths["frontier"] = plot_frontier(runs, out / "frontier.png")
     paths["calibration"] = plot_calibration(decile_curves(runs), out / "calibration.png")

@@ -166,8 +166,11 @@ def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord
     """Predictions (awarl JSONL + official formats), scored with the one scorer, plus run statistics."""
     from awarl.eval.predictions import write_official
     from awarl.eval.score import score_predictions
+    from awarl.agent.setup import searched_corpus
     from awarl.eval.stats import fingerprint
 
+    corpus = searched_corpus(config.index, config.corpus, config.retriever_url, config.data)
+    own = None if (config.index or config.retriever_url or corpus) else config.data  # the data file's own passages
     out = config.out
     rows = [trajectories[r.id] for r in records]
     answers = [t.get("answer") or "" for t in rows]  # no parsable answer is an empty answer: wrong, not an abstention
@@ -201,7 +204,7 @@ def write_predictions_and_metrics(config: EvalConfig, records: Sequence[QARecord
         "model": config.model,
         "settings": config.settings(),
         "recipe": checkpoint_hyperparameters(config.model),
-        "fingerprint": fingerprint(config.index, config.corpus),
+        "fingerprint": fingerprint(config.index, corpus, records=own),
         "overall": {**scored.metrics.to_dict(), **extras(range(len(records)))},
         "per_dataset": per_dataset,
         "macro": macro,

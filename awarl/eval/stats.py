@@ -194,24 +194,29 @@ def _hash_file(digest: Any, path: Path) -> None:
             digest.update(chunk)
 
 
-def fingerprint(index: str | Path | None = None, corpus: str | Path | None = None) -> dict[str, Any] | None:
-    """What identifies the passages a run searched: an index folder's meta and id table (and every
-    file's size beside them), or a corpus file's bytes, as a SHA-256. None for a remote retriever.
+def fingerprint(index: str | Path | None = None, corpus: str | Path | None = None,
+                records: str | Path | None = None) -> dict[str, Any] | None:
+    """What identifies the passages a run searched, as a SHA-256: an index folder's meta and id table
+    (and every file's size beside them), a corpus file's bytes, or, where the run searched the data
+    file's own passages, that file's bytes (``records``). None for a remote retriever.
 
     Passage ids are content hashes (or a data set's own ids), so the id table names the corpus; the
     sizes catch a store rebuilt over the same ids."""
+    from awarl.search.store import IDHASH_FILE, IDROW_FILE
+
     digest = hashlib.sha256()
     if index is not None and Path(index).is_dir():
         folder = Path(index)
         for p in sorted(p for p in folder.iterdir() if p.is_file()):
             digest.update(f"{p.name}\x1f{p.stat().st_size}\n".encode())
-        for name in ("awarl_index.json", "passages.ids.json"):
+        for name in ("awarl_index.json", IDHASH_FILE, IDROW_FILE):
             if (folder / name).exists():
                 _hash_file(digest, folder / name)
         meta_path = folder / "awarl_index.json"
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
         return {"kind": "index", "sha256": digest.hexdigest(), "passages": meta.get("passages")}
-    if corpus is not None and Path(corpus).is_file():
-        _hash_file(digest, Path(corpus))
-        return {"kind": "corpus", "sha256": digest.hexdigest()}
+    for kind, path in (("corpus", corpus), ("records", records)):
+        if path is not None and Path(path).is_file():
+            _hash_file(digest, Path(path))
+            return {"kind": kind, "sha256": digest.hexdigest()}
     return None

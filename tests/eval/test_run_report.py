@@ -260,3 +260,32 @@ def test_unretrieved_share_counts_cited_passages_the_answers_own_searches_never_
     got = citation_integrity(records, rows, Corpus())
     assert got["unretrieved_share"] == pytest.approx(1 / 4)  # m of a1, a2, b1, m (zz is fabricated)
     assert got["fabricated_share"] == pytest.approx(1 / 6)
+
+
+def test_report_warns_of_what_keeps_runs_from_being_compared(run_dir, tmp_path):
+    """Another corpus, a run that records none, and a run on other questions: each is a warning in report.md,
+    report.json and on stderr, where they used to pass silently (no paired row, no fingerprint line)."""
+    assert json.loads((run_dir / "metrics.json").read_text())["fingerprint"]["kind"] == "corpus"  # the corpus beside the records
+    copies = {}
+    for name, fingerprint in (("other-corpus", {"kind": "corpus", "sha256": "f" * 64}), ("remote", None)):
+        copies[name] = shutil.copytree(run_dir, tmp_path / name)
+        metrics = json.loads((copies[name] / "metrics.json").read_text())
+        (copies[name] / "metrics.json").write_text(json.dumps({**metrics, "name": name, "fingerprint": fingerprint}))
+    for file in ("records.jsonl", "predictions.jsonl"):  # the other corpus's run answered three of the four questions
+        lines = (copies["other-corpus"] / file).read_text().splitlines()
+        (copies["other-corpus"] / file).write_text("\n".join(lines[:3]) + "\n")
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["eval", "report", str(run_dir), str(copies["other-corpus"]), str(copies["remote"]),
+                                   "--out", str(out), "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    warnings = json.loads((out / "report.json").read_text())["warnings"]
+    assert warnings == [
+        "the runs searched different passages; their numbers are not comparable as they stand",
+        "remote records no fingerprint (a remote retriever or an older run): whether it searched the same passages "
+        "as the others is unknown",
+        "other-corpus has no paired difference against greedy: its questions differ from greedy's (3 and 4, 3 shared)",
+    ]
+    markdown = (out / "report.md").read_text()
+    assert all(f"- **warning: {w}**" in markdown for w in warnings)
+    assert all(f"warning: {w}" in res.output for w in warnings)
+    assert "| remote |" in markdown.split("Paired differences")[1]  # the run on the same questions is still paired

@@ -69,3 +69,17 @@ def test_a_second_run_on_one_folder_is_refused_naming_the_holder(data, tmp_path,
             run_eval(EvalConfig(model="scripted", data=data, out=out), backend=AnswerParis(), progress=False)
     assert not (out / "trajectories.jsonl").exists()
     assert run_eval(EvalConfig(model="scripted", data=data, out=out), backend=AnswerParis(), progress=False).evaluated == 3
+
+
+def test_a_run_on_the_corpus_beside_its_records_records_that_corpus_fingerprint(data, tmp_path):
+    """No --corpus given: the run searches the corpus.jsonl beside the records, and its metrics name those
+    passages (the report's comparability check needs them); a changed corpus gives another fingerprint."""
+    from awarl.eval.stats import fingerprint
+
+    first = run_eval(EvalConfig(model="scripted", data=data, out=tmp_path / "a"), backend=AnswerParis(), progress=False)
+    recorded = json.loads((tmp_path / "a" / "metrics.json").read_text())["fingerprint"]
+    assert first.evaluated == 3 and recorded == fingerprint(corpus=data.parent / "corpus.jsonl")
+    assert recorded["kind"] == "corpus"
+    write_jsonl(data.parent / "corpus.jsonl", [{"id": "d1", "title": "Paris", "text": "Paris is in Texas."}])
+    run_eval(EvalConfig(model="scripted", data=data, out=tmp_path / "b"), backend=AnswerParis(), progress=False)
+    assert json.loads((tmp_path / "b" / "metrics.json").read_text())["fingerprint"]["sha256"] != recorded["sha256"]

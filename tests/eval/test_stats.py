@@ -88,3 +88,6 @@ def test_the_fingerprint_of_an_index_folder_follows_its_passages(tmp_path):
     BM25Index.build_folder([Passage("d1", "A", "alpha"), Passage("d3", "C", "gamma")], tmp_path / "i2")
     f1, f2 = fingerprint(index=tmp_path / "i1"), fingerprint(index=tmp_path / "i2")
     assert f1["kind"] == "index" and f1["passages"] == 2 and f1["sha256"] != f2["sha256"]
+    # The same passage texts under other ids of the same length: every file keeps its size, the id table differs
+    BM25Index.build_folder([Passage("d1", "A", "alpha"), Passage("d9", "B", "beta")], tmp_path / "i3")
+    assert fingerprint(index=tmp_path / "i3")["sha256"] != f1["sha256"]
