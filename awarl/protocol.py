@@ -13,6 +13,7 @@ definition TRL, the runner and the SFT data all use.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import string
 from collections import Counter
@@ -311,3 +312,18 @@ def score_text(
 ) -> Score:
     """`parse_final` then `score`: the one call rewards and evaluation make."""
     return score(parse_final(completion, phrases), golds, answerable=answerable, metric=metric)
+
+
+# -- text from users and corpora inside a prompt -----------------------------------------------------
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines included) made one space: text from a user or a corpus
+    then cannot open a line of its own in a prompt (a forged "Corrections on record" block, a DECISION line).
+    A one-line text is unchanged, so a trained input format stays what it was."""
+    return " ".join(str(text).split())
+
+
+def quote(text: str) -> str:
+    """One JSON string of ``one_line(text)``: quotes and control characters escaped, so quoted data stays one
+    visibly delimited line that a prompt can call data, never instructions."""
+    return json.dumps(one_line(text), ensure_ascii=False)
+

@@ -348,7 +348,7 @@ def create_app(settings: ChatSettings, *, generators: Mapping[str, Any] | None =
 
     app = FastAPI(title="awarl chat", description="Verify-and-rewrite chatbot: the trained search agent behind "
                   "automated-reasoning (Z3) and citation checks.", version="1", lifespan=lifespan,
-                  exception_handlers=HANDLERS)
+                  exception_handlers=HANDLERS, redoc_url=None, swagger_ui_oauth2_redirect_url=None)
     app.state.manager, app.state.auth = manager, auth
     app.add_middleware(Guard, auth=auth)
     app.include_router(router)

@@ -36,16 +36,17 @@ class ChatSettings:
 
     policy: str = doc("Path of the policy checked by default (awarl YAML or a Bedrock policy-definition JSON).",
                       default="")
-    policies: dict[str, str] = doc("More policies a user may switch to (name -> path); the default policy is "
-                                   "added as policy_name.", default={})
+    policies: dict[str, str] = doc("More policies the admin may switch to (name -> path); the default policy is "
+                                   "added as policy_name, and every shipped policy (pricing, benefits) as its "
+                                   "stem.", default={})
     policy_name: str = doc("Name of the default policy (default: the file's stem, or 'world' for a world policy).",
                            default="")
     generator: str | None = doc("Backend spec of the agent (hf:PATH, vllm:PATH, openai:URL#MODEL); null = "
                                 "validate-only mode.", default=None)
     rewrite_generator: str | None = doc("A second spec for rewrite turns (default: the generator).", default=None)
     decisions: Literal["auto", "on", "off"] = doc(
-        "Whether the generator answers rewrite prompts with DECISION lines (auto: on for openai: specs, off for "
-        "local checkpoints, which get verify-and-resample).", default="auto")
+        "Whether the generator answers rewrite prompts with DECISION lines (auto: on for openai:, http:// and "
+        "https:// specs, off for local checkpoints, which get verify-and-resample).", default="auto")
     corpus: str | None = doc("corpus.jsonl the agent searches and citations are checked against.", default=None)
     index: str | None = doc("A saved index folder or a retrieval server URL to search instead of indexing "
                             "corpus in memory.", default=None)
@@ -132,6 +133,11 @@ class ChatSettings:
             raise ConfigError("reviewers: two reviewers share a token, so decisions could not name who made them")
         if self.admin_token is not None and len(self.admin_token) < 16:
             raise ConfigError("admin_token must be at least 16 characters")
+        needs_llm = [f"{name}: llm" for name in ("translator", "judge") if getattr(self, name) == "llm"]
+        missing = [name for name in ("llm_url", "llm_model") if not getattr(self, name)]
+        if needs_llm and missing:  # else the first thread would fail at setup, or the judge at its first call
+            raise ConfigError(f"{' and '.join(needs_llm)} needs {' and '.join(missing)} (an OpenAI-compatible API root "
+                              "and the model name there)")
         if self.corrections is None and config_path("policies", "corrections.yaml").exists():
             self.corrections = str(config_path("policies", "corrections.yaml"))
         if self.policy:

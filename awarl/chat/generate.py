@@ -21,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
@@ -35,7 +36,24 @@ T = TypeVar("T")
 
 
 class GeneratorDown(RuntimeError):
-    """The generator could not answer (unreachable, failing, or too slow) after every retry."""
+    """The generator could not answer (unreachable, failing, or too slow) after every retry.
+
+    ``str(exc)`` is what a client may read (the thread's error); ``detail`` is the cause (an exception's
+    text, which may name hosts, paths or data), kept for the server log only (`public_error`)."""
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail
+
+
+def public_error(message: str, detail: str | None, logger: logging.Logger, context: str) -> str:
+    """The thread error a client reads: ``message`` and, where there is a cause, a reference to the server-log
+    line that holds it (never the exception's text: it may name hosts, paths or data)."""
+    if not detail:
+        return message
+    ref = uuid.uuid4().hex[:12]
+    logger.error("%s: %s: %s (reference %s)", context, message, detail, ref)
+    return f"{message} (reference {ref}: the server log has the cause)"
 
 
 @dataclass
@@ -97,7 +115,9 @@ def with_retries(fn: Callable[[], T], *, attempts: int, base_delay: float, what:
                 delay = base_delay * (2**k)
                 log.warning("%s failed (%s); retry %d/%d in %.2fs", what, exc, k + 1, attempts - 1, delay)
                 time.sleep(delay)
-    raise error(f"{what} failed after {attempts} attempt(s): {last}") from last
+    said = f": {last}" if isinstance(last, GeneratorDown) else ""  # its message is already one a client may read
+    detail = getattr(last, "detail", None) or f"{type(last).__name__}: {last}"
+    raise error(f"{what} failed after {attempts} attempt(s){said}", detail=detail) from last
 
 
 # -- scripted --------------------------------------------------------------------------------------

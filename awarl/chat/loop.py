@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from awarl.chat.generate import AgentReply, ChatGenerator, GeneratorDown, with_retries
+from awarl.chat.generate import AgentReply, ChatGenerator, GeneratorDown, public_error, with_retries
 from awarl.chat.parser import parse_decision
 from awarl.chat.prompts import Prompts, loop_questions
 from awarl.chat.thread import Badge, Clarification, Exit, Iteration, State, Status, Thread
@@ -109,10 +109,11 @@ class Loop:
             try:
                 self._handlers[t.state](t)
             except GeneratorDown as exc:
-                self._fail(t, str(exc))
+                self._fail(t, public_error(str(exc), exc.detail, log, f"thread {t.id}"))
             except Exception as exc:  # a bug or bad input must end the thread visibly, not leave it PROCESSING
                 log.exception("thread %s failed in %s", t.id, before.value)
-                self._fail(t, f"{type(exc).__name__} in {before.value}: {exc}")
+                self._fail(t, public_error(f"internal error in {before.value}", f"{type(exc).__name__}: {exc}", log,
+                                           f"thread {t.id}"))
             save(t)
         return t
 

@@ -24,12 +24,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from awarl.chat.audit import AuditLog, HeadNotMoved, load_or_create_key
 from awarl.chat.config import ChatSettings
 from awarl.chat.errors import ChatError, Conflict, Forbidden, Invalid, NotFound, Unavailable
-from awarl.chat.generate import ChatGenerator, with_retries
+from awarl.chat.generate import ChatGenerator, GeneratorDown, public_error, with_retries
 from awarl.chat.loop import Loop
 from awarl.chat.reviews import Reviews, ReviewSink
 from awarl.chat.store import ServerLock, StorageDown, Store
@@ -183,6 +184,9 @@ class ThreadManager:
                                 {"questions": t.pending_questions})
             if not skipped and not any(a and a.strip() for a in answers):
                 raise Invalid("no_answers", "no answer given; send skipped: true to skip the questions")
+            for i, a in enumerate(answers):
+                if a is not None and len(a) > MAX_PROMPT_CHARS:  # each answer joins every later prompt of the thread
+                    raise Invalid("answer_too_long", f"answers[{i}] has {len(a)} characters; at most {MAX_PROMPT_CHARS}")
             why = reason or ("skipped" if skipped else "answered")
             for i, q in enumerate(t.pending_questions):
                 a = None if skipped or i >= len(answers) else answers[i]
@@ -224,7 +228,8 @@ class ThreadManager:
         return {**self.runtime, "mode": self.mode, "mode_note": self.mode_note,
                 "generators": sorted(self.allowed_generators()),
                 "policies": sorted(self.settings.policies), "decisions": self.settings.uses_decisions(self.runtime["generator"]),
-                "question_timeout_s": self.settings.question_timeout_s, "corpus": self.settings.corpus}
+                "question_timeout_s": self.settings.question_timeout_s,
+                "corpus": Path(self.settings.corpus).name if self.settings.corpus else None}  # a name, never a server path
 
     def set_config(self, generator: Any = UNSET, policy: str | None = None, max_iterations: int | None = None) -> dict[str, Any]:
         if policy is not None and policy not in self.settings.policies:
@@ -264,7 +269,7 @@ class ThreadManager:
         out = []
         for name, path in sorted(self.settings.policies.items()):
             pol = self.wiring.policy(name)
-            out.append({"name": name, "path": path, "version": pol.version, "variables": len(pol.variables),
+            out.append({"name": name, "file": Path(path).name, "version": pol.version, "variables": len(pol.variables),
                         "rules": [{"id": r.id, "description": r.description} for r in pol.rules],
                         "has_tests": default_tests_path(path).exists(), "active": name == self.runtime["policy"]})
         return out
@@ -292,7 +297,10 @@ class ThreadManager:
 
     def decide(self, review_id: int, verdict: str, correction: str | None, *, reviewer: str | None = None,
                override: bool = False, reason: str | None = None) -> dict[str, Any]:
-        """A reviewer's decision (`Reviews.decide`)."""
+        """A reviewer's decision (`Reviews.decide`); a note or reason joins every later prompt, so each is capped."""
+        for name, text in (("correction", correction), ("reason", reason)):
+            if text is not None and len(text) > MAX_PROMPT_CHARS:
+                raise Invalid(f"{name}_too_long", f"{name} has {len(text)} characters; at most {MAX_PROMPT_CHARS}")
         return self.review_queue.decide(review_id, verdict, correction, reviewer=reviewer, override=override,
                                         reason=reason)
 
@@ -322,7 +330,10 @@ class ThreadManager:
                     validators[t.policy] = self.wiring.validator(t.policy)
                 generator = self.wiring.generator(t.generator) if t.generator else None
             except Exception as exc:
-                t.state, t.status, t.exit, t.error = State.ERROR, Status.ERROR, Exit.ERROR, f"setup failed: {exc}"
+                detail = exc.detail if isinstance(exc, GeneratorDown) else None
+                t.state, t.status, t.exit = State.ERROR, Status.ERROR, Exit.ERROR
+                t.error = public_error(f"setup failed: {exc}" if isinstance(exc, GeneratorDown) else "setup failed",
+                                       detail or f"{type(exc).__name__}: {exc}", log, f"thread {tid}")
                 self._save(t)
                 return
             loop = Loop(validators[t.policy], generator, self.wiring.prompts, self.wiring.loop_settings,
@@ -352,7 +363,7 @@ class ThreadManager:
     def _storage_failed(self, t: Thread, exc: Exception) -> None:
         """The database refused the thread's state after every retry: the thread ends in ERROR (its exit,
         if it had reached one, is kept), is audited, and is shown from memory until a save succeeds."""
-        log.error("thread %s: %s", t.id, exc)
+        log.error("thread %s: %s: %s", t.id, exc, getattr(exc, "detail", None))
         if t.state not in TERMINAL:
             t.exit, t.badge = Exit.ERROR, Badge.ERROR
             t.error = "the thread could not be saved: the database is unavailable (locked, full or missing)"

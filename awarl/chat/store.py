@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
 import sqlite3
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from awarl.chat.thread import Status, Thread
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS threads (
@@ -52,7 +55,12 @@ class StoreError(RuntimeError):
 
 
 class StorageDown(RuntimeError):
-    """A database write failed after every retry (locked past its timeout, full disk, deleted file)."""
+    """A database write failed after every retry (locked past its timeout, full disk, deleted file);
+    ``detail`` holds the last error's text, for the server log."""
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail
 
 
 class DatabaseInUse(StoreError):
@@ -152,7 +160,7 @@ class Store:
     def health(self) -> dict[str, Any]:
         """Can the database be read and written now? A write probe (an immediate transaction, rolled
         back) on its own connection that waits at most a second."""
-        state: dict[str, Any] = {"path": str(self.path), "readable": False, "writable": False, "error": None}
+        state: dict[str, Any] = {"readable": False, "writable": False, "error": None}
         if not self.path.exists():
             state["error"] = "the database file is missing"
             return state
@@ -167,8 +175,10 @@ class Store:
                 state["writable"] = True
             finally:
                 conn.close()
-        except sqlite3.Error as exc:
-            state["error"] = str(exc)
+        except sqlite3.Error as exc:  # a fixed message for clients (the route is open); the text goes to the log
+            log.error("database health probe of %s: %s", self.path, exc)
+            state["error"] = ("the database is locked" if "locked" in str(exc)
+                              else "the database cannot be read or written (the server log has the cause)")
         return state
 
     def _reader(self) -> sqlite3.Connection:

@@ -7,8 +7,8 @@ a plain dataclass that round-trips through JSON (`Thread.to_dict` / `Thread.from
 from __future__ import annotations
 
 import enum
+import secrets
 import time
-import uuid
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -153,7 +153,7 @@ class Thread:
 
     @classmethod
     def new(cls, prompt: str, **kw: Any) -> "Thread":
-        return cls(id=uuid.uuid4().hex[:16], prompt=prompt, **kw)
+        return cls(id=secrets.token_hex(8), prompt=prompt, **kw)  # 64 random bits
 
     @property
     def last(self) -> Iteration | None:

@@ -18,7 +18,6 @@ which owns its own ``z3.Context``.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,7 @@ from typing import Any
 
 from awarl.chat.thread import Clarification
 from awarl.data.records import Passage
-from awarl.protocol import extract_citations, normalize_answer
+from awarl.protocol import extract_citations, normalize_answer, quote
 from awarl.verify.citations import Correction, CitationGate, LexicalJudge, check_corrections
 from awarl.verify.findings import Ambiguity, Finding, Result, Statement, Translation, aggregate
 from awarl.verify.policy import Policy, load_policy
@@ -207,14 +206,14 @@ class Corrections:
 
     def block(self, text: str) -> str:
         """The prompt block: shipped corrections about ``text``, and every reviewer correction, quoted."""
-        lines = [f"- On record ({c.source or 'corrections list'}): {_quote(c.correction)}"
+        lines = [f"- On record ({c.source or 'corrections list'}): {quote(c.correction)}"
                  for c in self.shipped if c.about(text)]
         for row in self._extra():
             where = f"reviewer {row.get('reviewer') or '-'}, thread {row.get('thread_id') or '-'}"
             if row.get("sentence"):
-                lines.append(f"- Marked wrong ({where}): {_quote(row['sentence'])}")
+                lines.append(f"- Marked wrong ({where}): {quote(row['sentence'])}")
             if row.get("text"):
-                lines.append(f"- Reviewer's note ({where}): {_quote(row['text'])}")
+                lines.append(f"- Reviewer's note ({where}): {quote(row['text'])}")
         return "\n".join([CORRECTIONS_HEADER, *lines]) if lines else ""
 
 
@@ -223,9 +222,6 @@ def _noted(findings: Sequence[Finding], note: str) -> list[Finding]:
     return [replace(f, detail=f"{f.detail}; {note}" if f.detail else note) for f in findings]
 
 
-def _quote(text: str) -> str:
-    """One JSON string: quotes, newlines and control characters escaped, so quoted data stays one line."""
-    return json.dumps(" ".join(str(text).split()), ensure_ascii=False)
 
 
 @dataclass

@@ -168,7 +168,7 @@ class Wiring:
             rewrite = load_backend(s.rewrite_generator, timeout=min(120.0, s.generation_timeout_s), max_retries=1) \
                 if s.rewrite_generator else None
         except Exception as exc:
-            raise GeneratorDown(f"could not load generator {spec!r}: {exc}") from exc
+            raise GeneratorDown(f"could not load generator {spec!r}", detail=f"{type(exc).__name__}: {exc}") from exc
         parsed = parse_spec(spec)
         checkpoint = parsed.target if parsed.kind in ("hf", "vllm") else None
         return AgentGenerator(backend, self.retriever(), rollout_of(checkpoint, s.rollout), rewrite_backend=rewrite,

@@ -600,7 +600,7 @@ KINDS: dict[str, Kind] = {
 VALID_GIVEN_YOUR_STATEMENT, CHECKED_ONLY, ERROR): the one table of finding kinds. The chat loop
 picks badges (`awarl.chat.thread.Badge` is its badges), serving order, askable kinds, rewrite
 templates and resample feedback from it; the thread JSON carries its ``badge_label`` and
-``badge_style`` (a class of ``awarl/chat/static/style.css``). docs/verify.md, "Adding a finding
+``badge_style`` (a class of ``awarl/chat/static/style.css``). docs/extending.md, "A finding
 kind", shows a new row."""
 
 BADGE_KIND = {k.badge: k for k in reversed(KINDS.values())}

@@ -78,6 +78,8 @@ def test_questions_round_trip_and_409_when_not_waiting(client):
     assert t["status"] == "AWAITING_INPUT" and t["pending_questions"] == ["Are the items on sale?"]
     envelope(client.post(f"/api/thread/{tid}/answer", json={"answers": ["a", "b"]}), 422, "too_many_answers")
     envelope(client.post(f"/api/thread/{tid}/answer", json={"answers": []}), 422, "no_answers")
+    # each answer joins every later prompt of the thread: capped like a prompt
+    envelope(client.post(f"/api/thread/{tid}/answer", json={"answers": ["x" * 8001]}), 422, "answer_too_long")
     r = client.post(f"/api/thread/{tid}/answer", json={"answers": ["No, they are regular-priced."]})
     assert r.status_code == 200
     assert wait(client, tid, ("COMPLETED", "ERROR"))["badge"] == "VALID_GIVEN_YOUR_STATEMENT"

@@ -155,3 +155,46 @@ def test_the_admin_token_is_generated_once_into_a_0600_file(tmp_path):
     again = Auth(settings)
     assert again.generated is None and again.admin_token == first.admin_token
     assert Auth(settings_for(tmp_path, admin_token=ADMIN)).admin_token == ADMIN
+
+
+def test_a_short_admin_token_from_the_environment_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWARL_TEST_ADMIN", "short")
+    with pytest.raises(ValueError, match=r"\$AWARL_TEST_ADMIN holds an admin token of 5 characters; use at least 16"):
+        Auth(settings_for(tmp_path, admin_token=None, admin_token_env="AWARL_TEST_ADMIN"))
+    monkeypatch.setenv("AWARL_TEST_ADMIN", "x" * 16)
+    assert Auth(settings_for(tmp_path, admin_token=None, admin_token_env="AWARL_TEST_ADMIN")).admin_token == "x" * 16
+
+
+def test_open_routes_name_no_server_path_and_serve_no_extra_pages(loopback, tmp_path):
+    """Health, config and the policy list are open on loopback: they show file names, never where the
+    server keeps its files; FastAPI's ReDoc and OAuth2 redirect pages are not served."""
+    health = loopback.get("/api/health").json()
+    assert set(health["db"]) == {"readable", "writable", "error"} and str(tmp_path) not in json.dumps(health)
+    for route in ("/api/config", "/api/config/policies"):
+        r = loopback.get(route)
+        assert r.status_code == 200 and str(tmp_path) not in r.text and "/configs/" not in r.text, route
+    assert loopback.get("/api/config/policies").json()["policies"][0]["file"].endswith(".yaml")
+    for page in ("/redoc", "/docs/oauth2-redirect"):
+        assert loopback.get(page).status_code == 404, page
+
+
+def test_thread_ids_carry_64_random_bits():
+    from awarl.chat.thread import Thread
+
+    ids = [Thread.new("q").id for _ in range(2000)]
+    assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids) and len(set(ids)) == len(ids)
+    assert {i[12] for i in ids} != {"4"}  # no fixed version digit (uuid4's), so every hex digit is random
+
+
+def test_clarification_answers_and_review_notes_are_capped(loopback):
+    from awarl.chat.manager import MAX_PROMPT_CHARS
+
+    tid = loopback.post("/api/chat", json={"prompt": GOLD_80}).json()["thread_id"]
+    assert done(loopback, tid)["exit"] == "MAX_ITERATIONS_REACHED"
+    [review] = loopback.get("/api/reviews", headers=REVIEWER).json()["reviews"]
+    long = "x" * (MAX_PROMPT_CHARS + 1)
+    envelope(loopback.post(f"/api/reviews/{review['id']}", json={"verdict": "approve", "correction": long},
+                           headers=REVIEWER), 422, "correction_too_long")
+    envelope(loopback.post(f"/api/reviews/{review['id']}", json={"verdict": "reject", "override": True, "reason": long},
+                           headers=REVIEWER), 422, "reason_too_long")
+    assert loopback.post(f"/api/reviews/{review['id']}", json={"verdict": "approve"}, headers=REVIEWER).status_code == 200

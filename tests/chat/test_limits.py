@@ -76,6 +76,8 @@ def write(tmp_path, data) -> str:
     ({"generation_timeout_s": 0}, "generation_timeout_s must be > 0"),
     ({"db_timeout_s": -1}, "db_timeout_s must be > 0"),
     ({"reviewers": {"bob": "short"}}, "reviewers.bob: the token must be a string of at least 16 characters"),
+    ({"translator": "llm"}, "translator: llm needs llm_url and llm_model"),
+    ({"judge": "llm", "llm_url": "http://127.0.0.1:9/v1"}, "judge: llm needs llm_model"),
 ])
 def test_bad_start_up_values_name_the_key(tmp_path, data, message):
     path = write(tmp_path, data)

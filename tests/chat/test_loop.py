@@ -4,6 +4,7 @@ real SQLite, a scripted generator in place of the model."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -150,15 +151,20 @@ def test_abstention_completes_with_its_trace_and_is_never_rewritten(make_manager
     assert audit_lines(m)[-1]["exit"] == "ABSTAINED"
 
 
-def test_generator_down_ends_in_error_after_retries_and_is_audited(make_manager):
+def test_generator_down_ends_in_error_after_retries_and_is_audited(make_manager, caplog):
+    """The thread's error (which its reader sees) says what failed and gives a reference; the cause (an
+    exception's text, which may name hosts or paths) is only in the server log, on the referenced line."""
     gen = ScriptedGenerator(answers("x"), answers("x"), down=True)
     m = make_manager(gen, retries=3)
-    t = m.wait(m.submit(GOLD_80).id)
+    with caplog.at_level("ERROR"):
+        t = m.wait(m.submit(GOLD_80).id)
     assert (t["status"], t["exit"], t["badge"]) == ("ERROR", "ERROR", "ERROR")
-    assert "after 3 attempt(s)" in t["error"] and "connection refused" in t["error"]
+    assert "after 3 attempt(s)" in t["error"] and "connection refused" not in t["error"]
+    ref = re.search(r"reference ([0-9a-f]{12})", t["error"]).group(1)
+    assert any(ref in r.getMessage() and "connection refused" in r.getMessage() for r in caplog.records)
     assert len(kinds(gen, "answer")) == 3
     line = audit_lines(m)[-1]
-    assert line["exit"] == "ERROR" and "connection refused" in line["error"]
+    assert line["exit"] == "ERROR" and line["error"] == t["error"]
 
 
 def test_unreachable_openai_generator_ends_in_error_not_a_hang(make_manager):

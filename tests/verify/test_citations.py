@@ -123,7 +123,7 @@ def test_llm_support_judge_over_a_local_server(chat_server, tmp_path):
     gate = CitationGate.from_passages(passages, judge=judge, review_queue=queue)
     assert gate.check("Capital of France?", "<answer>Paris</answer> [p1]") == []  # 503 retried, then YES
     prompt = server.requests[-1]["messages"][0]["content"]
-    assert "[p1] Paris: Paris is the capital of France." in prompt and "Claim: Paris" in prompt
+    assert '[p1] "Paris": "Paris is the capital of France."' in prompt and 'Claim: "Paris"' in prompt  # quoted data
     assert server.requests[-1]["temperature"] == 0.0
     [f] = gate.check("Capital of France?", "<answer>Paris</answer> [p2]")
     assert f.citation.kind == "unsupported" and f.citation.passage_id == "p2"
