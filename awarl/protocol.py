@@ -318,7 +318,8 @@ def score_text(
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines included) made one space: text from a user or a corpus
     then cannot open a line of its own in a prompt (a forged "Corrections on record" block, a DECISION line).
-    A one-line text is unchanged, so a trained input format stays what it was."""
+    A text already on one line with single spaces (every question the worlds generate) is unchanged, so a
+    trained input format stays what it was."""
     return " ".join(str(text).split())
 
 

@@ -78,9 +78,9 @@ def load_admin_token(settings: ChatSettings) -> tuple[str, Path | None]:
     if settings.admin_token:
         return settings.admin_token, None
     if settings.admin_token_env and os.environ.get(settings.admin_token_env):
-        token = os.environ[settings.admin_token_env]
-        if len(token.strip()) < 16:
-            raise ValueError(f"${settings.admin_token_env} holds an admin token of {len(token.strip())} characters; "
+        token = os.environ[settings.admin_token_env].strip()
+        if len(token) < 16:
+            raise ValueError(f"${settings.admin_token_env} holds an admin token of {len(token)} characters; "
                              "use at least 16 (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
         return token, None
     path = admin_token_path(settings.db)

@@ -212,13 +212,19 @@ def default_settings(demo: str | Path = DEMO_DIR, **overrides: Any) -> ChatSetti
         agent = rel("agent") or rel("sft_agent")
         if agent and not (Path(agent) / "config.json").exists():
             agent = None
-        note = (f"Serving the synthetic-world agent {agent} over {rel('corpus')}, checked against the world's policy."
-                if agent else
-                f"Validate-only mode: {manifest} names no trained agent yet. Run `awarl demo --out {demo}` to train "
-                "one; meanwhile POST /api/chat with an `answer` to check it.")
+        # The note is shown on open routes (/api/config, /api/health): names inside the demo folder, never a server path.
+        def shown(key: str | None = None) -> str:
+            value = Path(m.get(key) or "") if key else None
+            return Path(demo).name if value is None else str(value.name if value.is_absolute() else Path(Path(demo).name, value))
+
+        note = (f"Serving the synthetic-world agent {shown('agent' if m.get('agent') else 'sft_agent')} over "
+                f"{shown('corpus')}, checked against the world's policy." if agent else
+                f"Validate-only mode: the demo folder {shown()} names no trained agent yet. Run `awarl demo` into it to "
+                "train one; meanwhile POST /api/chat with an `answer` to check it.")
         generator = overrides.pop("generator", f"hf:{agent}" if agent else None)  # --generator serves another agent
         if generator and generator != f"hf:{agent}":
-            note = f"Serving {generator} over {rel('corpus')}, checked against the world's policy."
+            # the spec as the config names it: /api/config lists it among the generators anyway
+            note = f"Serving {generator} over {shown('corpus')}, checked against the world's policy."
         # The world agent is a tiny model trained on bare questions: feedback text appended to the question
         # derails it into broken tool calls, so it is resampled on the bare question (docs/chat.md).
         overrides.setdefault("resample_feedback", False)
@@ -231,8 +237,8 @@ def default_settings(demo: str | Path = DEMO_DIR, **overrides: Any) -> ChatSetti
     world = _cached_world()
     if world is not None:
         return ChatSettings(policy=str(world / "policy.yaml"), policy_name="world", corpus=str(world / "corpus.jsonl"),
-                            mode_note=(f"Validate-only mode: no demo at {manifest}. Run `awarl demo --out {demo}` to train "
-                                       f"the world agent; meanwhile the world ({world}) is checked: POST /api/chat with "
+                            mode_note=(f"Validate-only mode: no demo in {Path(demo).name}. Run `awarl demo` to train "
+                                       "the world agent; meanwhile the cached world is checked: POST /api/chat with "
                                        "an `answer`."), **overrides)
     pricing = shipped_policies().get("pricing", "")
     return ChatSettings(policy=pricing, mode_note="Validate-only mode: no world demo and no world generator; "

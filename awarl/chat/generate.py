@@ -103,8 +103,10 @@ _RETRYABLE: tuple[type[BaseException], ...] = (OSError, TimeoutError, Connection
 
 def with_retries(fn: Callable[[], T], *, attempts: int, base_delay: float, what: str,
                  retry_on: tuple[type[BaseException], ...] = _RETRYABLE,
-                 error: type[GeneratorDown] = GeneratorDown) -> T:
-    """Call ``fn``; on a retryable error wait ``base_delay * 2**k`` and try again, ``attempts`` times in all."""
+                 error: Callable[..., Exception] = GeneratorDown) -> T:
+    """Call ``fn``; on a retryable error wait ``base_delay * 2**k`` and try again, ``attempts`` times in all.
+    Then raise ``error(message, detail=cause)`` (`GeneratorDown`, `awarl.chat.store.StorageDown`): the message a
+    client may read, the cause for the server log."""
     last: BaseException | None = None
     for k in range(max(1, attempts)):
         try:

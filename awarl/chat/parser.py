@@ -11,6 +11,7 @@ the last one counts, with the lines that follow it.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field
@@ -127,7 +128,24 @@ class _Block:
         answer = "\n".join(self.answer_lines).strip() if self.answer_lines is not None else ""
         if not answer and self.loose and self.kind != "ASK_QUESTIONS":
             answer = "\n".join(self.loose).strip()
-        return answer
+        return _unquoted(answer)
+
+
+def _unquoted(text: str) -> str:
+    """A reply that copied the prompt's quoting (the earlier answer is shown as a JSON string) and wrote its
+    answer as one JSON string: the text inside it; any other text unchanged.
+
+    >>> _unquoted('"You get 15% off [d1]."'), _unquoted('"Quoted" words stay.')
+    ('You get 15% off [d1].', '"Quoted" words stay.')
+    """
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        try:
+            inner = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(inner, str):
+            return inner.strip()
+    return text
 
 
 def _last_block(raw: str) -> _Block:

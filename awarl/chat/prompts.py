@@ -105,7 +105,7 @@ class Prompts:
             corrections=_block(corrections),
             citation_problems="\n".join(f"- {f.citation.kind}: {quote(f.citation.sentence)}"
                                         + (f" cites [{f.citation.passage_id}]" if f.citation.passage_id else "")
-                                        + (f" — {f.citation.detail}" if f.citation.detail else "")
+                                        + (f" — {one_line(f.citation.detail)}" if f.citation.detail else "")
                                         for f in findings if f.citation is not None) or "-",
             ask_guidance=ask_guidance, ask_format=ask_format,
         )
@@ -171,21 +171,21 @@ def describe(f: Finding) -> str:
     t = f.translation
     if t is not None:
         if t.premises:
-            parts.append("  given: " + "; ".join(s.natural_language or s.logic for s in t.premises))
+            parts.append("  given: " + "; ".join(one_line(s.natural_language or s.logic) for s in t.premises))
         if t.claims:
-            parts.append("  claimed: " + "; ".join(s.natural_language or s.logic for s in t.claims))
+            parts.append("  claimed: " + "; ".join(one_line(s.natural_language or s.logic) for s in t.claims))
     for k, opt in enumerate(f.options[:2]):
-        claims = [s.natural_language or s.logic for tr in opt for s in (*tr.premises, *tr.claims)]
+        claims = [one_line(s.natural_language or s.logic) for tr in opt for s in (*tr.premises, *tr.claims)]
         parts.append(f"  reading {k + 1}: " + "; ".join(claims))
     if f.detail:
-        parts.append(f"  ({f.detail})")
+        parts.append(f"  ({one_line(f.detail)})")
     return "\n".join(parts)
 
 
 def summarize(f: Finding, policy: Policy) -> str:
     """A one-paragraph reason, for re-asking an agent that does not follow the DECISION format."""
     if f.citation is not None:
-        return f"the citation check found a {f.citation.kind} citation ({f.citation.detail or f.citation.sentence})."
+        return f"the citation check found a {f.citation.kind} citation ({one_line(f.citation.detail or f.citation.sentence)})."
     rules = [r.description or r.identifier for r in (*f.contradicting_rules, *f.supporting_rules)]
     text = KINDS[f.result.value].feedback or f.result.value.lower()
     return text + (": " + "; ".join(rules) if rules else "") + "."

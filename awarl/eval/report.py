@@ -269,35 +269,38 @@ def uncertainty(runs: Sequence[RunSummary], samples: int) -> dict[str, Any]:
     (where they hold the same questions); runs without predictions are left out."""
     from awarl.eval.stats import bootstrap_ci, paired_comparison, run_questions
 
-    if samples <= 0:
-        return {"samples": 0, "ci": {}, "paired": {}}
     questions = {}
     for run in runs:
         if (run.path / "predictions.jsonl").exists() and (run.path / "records.jsonl").exists():
             questions[run.name] = run_questions(run.path)
-    ci = {name: bootstrap_ci(qs, samples=samples) for name, qs in questions.items()}
+    ci = {name: bootstrap_ci(qs, samples=samples) for name, qs in questions.items()} if samples > 0 else {}
     paired: dict[str, Any] = {}
     unpaired: dict[str, str] = {}
     first = runs[0].name
-    for run in runs[1:]:
+    for run in runs[1:]:  # which runs can be paired is checked with or without resamples
         a, b = questions.get(first), questions.get(run.name)
-        if not (a and b):
-            unpaired[run.name] = f"no predictions.jsonl and records.jsonl in {(run if not b else runs[0]).path}"
-        elif {q.id for q in a} != {q.id for q in b}:
+        if a is None or b is None:
+            unpaired[run.name] = f"no predictions.jsonl and records.jsonl in {(runs[0] if a is None else run).path}"
+        elif not a or not b or {q.id for q in a} != {q.id for q in b}:
             shared = len({q.id for q in a} & {q.id for q in b})
             unpaired[run.name] = f"its questions differ from {first}'s ({len(b)} and {len(a)}, {shared} shared)"
-        else:
+        elif samples > 0:
             paired[run.name] = paired_comparison(a, b, samples=samples)
-    return {"samples": samples, "baseline": first, "ci": ci, "paired": paired, "unpaired": unpaired}
+    return {"samples": max(samples, 0), "baseline": first, "ci": ci, "paired": paired, "unpaired": unpaired}
 
 
 def comparability_warnings(runs: Sequence[RunSummary], unc: dict[str, Any]) -> list[str]:
     """What keeps the runs' numbers from being compared as they stand: different passages searched, a run
     whose passages are not recorded beside runs whose are, a run left out of the paired comparison."""
-    prints = {run.name: (run.metrics.get("fingerprint") or {}).get("sha256") for run in runs}
+    recorded = {run.name: run.metrics.get("fingerprint") or {} for run in runs}
+    prints = {name: fp.get("sha256") for name, fp in recorded.items()}
+    version = {name: recorded[name].get("version", 1) for name, sha in prints.items() if sha}  # 1: recorded none
     out = []
-    if len({fp for fp in prints.values() if fp}) > 1:
+    if any(len({prints[n] for n in version if version[n] == v}) > 1 for v in set(version.values())):
         out.append("the runs searched different passages; their numbers are not comparable as they stand")
+    newest = max(version.values(), default=None)
+    out += [f"{name}'s fingerprint was recorded by an older awarl (another hash): whether it searched the same "
+            "passages as the others is unknown" for name, v in version.items() if v != newest]
     if any(prints.values()):
         out += [f"{name} records no fingerprint (a remote retriever or an older run): whether it searched the same "
                 "passages as the others is unknown" for name, fp in prints.items() if not fp]

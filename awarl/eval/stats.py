@@ -194,6 +194,11 @@ def _hash_file(digest: Any, path: Path) -> None:
             digest.update(chunk)
 
 
+FINGERPRINT_VERSION = 2
+"""What `fingerprint` hashes; 2 adds an index's id table (1, which recorded no version, hashed its meta and file
+sizes only). Fingerprints of two versions are not compared (`awarl.eval.report.comparability_warnings`)."""
+
+
 def fingerprint(index: str | Path | None = None, corpus: str | Path | None = None,
                 records: str | Path | None = None) -> dict[str, Any] | None:
     """What identifies the passages a run searched, as a SHA-256: an index folder's meta and id table
@@ -214,9 +219,10 @@ def fingerprint(index: str | Path | None = None, corpus: str | Path | None = Non
                 _hash_file(digest, folder / name)
         meta_path = folder / "awarl_index.json"
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
-        return {"kind": "index", "sha256": digest.hexdigest(), "passages": meta.get("passages")}
+        return {"kind": "index", "sha256": digest.hexdigest(), "passages": meta.get("passages"),
+                "version": FINGERPRINT_VERSION}
     for kind, path in (("corpus", corpus), ("records", records)):
         if path is not None and Path(path).is_file():
             _hash_file(digest, Path(path))
-            return {"kind": kind, "sha256": digest.hexdigest()}
+            return {"kind": kind, "sha256": digest.hexdigest(), "version": FINGERPRINT_VERSION}
     return None

@@ -9,7 +9,9 @@ after them. Run i writes to ``<output_dir>/gamma_<γ>``.
 
 from __future__ import annotations
 
+import json
 import shlex
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,5 +101,10 @@ def run_sweep(config_path: str | Path, runs: Sequence[SweepRun], *, eval_data: s
                             corpus=Path(data.corpus) if data.corpus and not (data.index or data.retriever_url) else None,
                             retriever_url=data.retriever_url), progress=on_log is not None)
     report = runs[0].output_dir.parent / "report"
-    build_report([r.output_dir / "eval" for r in runs], report)
+    paths = build_report([r.output_dir / "eval" for r in runs], report)
+    for warning in json.loads(paths["json"].read_text(encoding="utf-8"))["warnings"]:  # as `awarl eval report` does
+        if on_log:
+            on_log(f"[sweep] warning: {warning}")
+        else:
+            print(f"warning: {warning}", file=sys.stderr)
     return [*finals, report]

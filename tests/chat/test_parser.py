@@ -135,3 +135,12 @@ def test_the_last_decision_counts_with_the_lines_after_it():
 def test_a_question_mark_in_an_answer_is_not_a_question_label():
     d = parse_decision("DECISION: REWRITE\nANSWER: Is shipping free? Yes, on orders over $50.")
     assert d.kind == "REWRITE" and d.text == "Is shipping free? Yes, on orders over $50."
+
+
+def test_an_answer_written_as_the_prompts_json_string_is_unquoted():
+    """The rewrite prompts show the earlier answer as a JSON string; a model that answers the same way is
+    served the text inside it, and an answer that merely starts and ends with quoted words is kept."""
+    assert parse_decision('DECISION: REWRITE\nANSWER: "As a gold member you get 15% off [d1]."').text == \
+        "As a gold member you get 15% off [d1]."
+    assert parse_decision('DECISION: REWRITE\nANSWER: "Gold" and "Silver" are "plans"').text == \
+        '"Gold" and "Silver" are "plans"'

@@ -81,7 +81,7 @@ def test_default_without_demo_generates_the_world_and_runs_validate_only(tmp_pat
     monkeypatch.chdir(tmp_path)
     s = default_settings(tmp_path / "runs" / "demo", db=str(tmp_path / "c.sqlite"))
     assert s.generator is None and s.policy_name == "world" and s.policies["world"].endswith("policy.yaml")
-    assert "Validate-only mode" in s.mode_note and "awarl demo" in s.mode_note
+    assert "Validate-only mode" in s.mode_note and "awarl demo" in s.mode_note and str(tmp_path) not in s.mode_note
     assert (tmp_path / ".cache" / "awarl-chat" / "world" / "corpus.jsonl").exists()
 
 
@@ -98,6 +98,7 @@ def test_default_reads_the_demo_manifest(tmp_path, world_dir, tiny_model_dir):
     (demo / "demo.json").write_text(json.dumps(manifest))
     s = default_settings(demo)
     assert s.generator == f"hf:{tiny_model_dir}" and s.rollout.topk == 2 and s.corpus.endswith("corpus.jsonl")
+    assert "Serving the synthetic-world agent" in s.mode_note and str(tmp_path) not in s.mode_note  # open routes show it
     assert not s.uses_decisions(s.generator)  # a local checkpoint gets verify-and-resample
     assert s.resample_feedback is False  # on the bare question: feedback text derails the tiny world agent
     assert s.workers == 32 and s.batch_size == 32  # enough threads in flight for their generations to batch

@@ -267,7 +267,7 @@ def test_report_warns_of_what_keeps_runs_from_being_compared(run_dir, tmp_path):
     report.json and on stderr, where they used to pass silently (no paired row, no fingerprint line)."""
     assert json.loads((run_dir / "metrics.json").read_text())["fingerprint"]["kind"] == "corpus"  # the corpus beside the records
     copies = {}
-    for name, fingerprint in (("other-corpus", {"kind": "corpus", "sha256": "f" * 64}), ("remote", None)):
+    for name, fingerprint in (("other-corpus", {"kind": "corpus", "sha256": "f" * 64, "version": 2}), ("remote", None)):
         copies[name] = shutil.copytree(run_dir, tmp_path / name)
         metrics = json.loads((copies[name] / "metrics.json").read_text())
         (copies[name] / "metrics.json").write_text(json.dumps({**metrics, "name": name, "fingerprint": fingerprint}))
@@ -289,3 +289,20 @@ def test_report_warns_of_what_keeps_runs_from_being_compared(run_dir, tmp_path):
     assert all(f"- **warning: {w}**" in markdown for w in warnings)
     assert all(f"warning: {w}" in res.output for w in warnings)
     assert "| remote |" in markdown.split("Paired differences")[1]  # the run on the same questions is still paired
+
+
+def test_fingerprints_of_an_older_awarl_are_not_compared_and_pairing_is_checked_without_resamples(run_dir, tmp_path):
+    older = shutil.copytree(run_dir, tmp_path / "older")
+    metrics = json.loads((older / "metrics.json").read_text())
+    old_print = {k: v for k, v in metrics["fingerprint"].items() if k != "version"} | {"sha256": "0" * 64}
+    (older / "metrics.json").write_text(json.dumps({**metrics, "name": "older", "fingerprint": old_print}))
+    for file in ("records.jsonl", "predictions.jsonl"):
+        (older / file).write_text("\n".join((older / file).read_text().splitlines()[:2]) + "\n")
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["eval", "report", str(run_dir), str(older), "--out", str(out), "--bootstrap", "0"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "report.json").read_text())["warnings"] == [
+        "older's fingerprint was recorded by an older awarl (another hash): whether it searched the same passages as "
+        "the others is unknown",
+        "older has no paired difference against greedy: its questions differ from greedy's (2 and 4, 2 shared)",
+    ]
