@@ -30,6 +30,7 @@ PRECISION_VS_DM, ACCURACY_VS_DM, RA_F1_VS_DM, PRECISION_VS_NONE = 0.08, -0.04, 0
 DM_SPREAD, DM_AWAY, AWA_SPREAD = 0.1, 0.15, 0.05  # claim 4
 PAYING_TOGETHER = 0.03  # claim 5: paying arms' held-out refusal within this of each other
 ADAPTIVE_ACCURACY, ADAPTIVE_RECALL = 0.8, 0.8  # T2: answerable accuracy >= 0.8 x none's, abstain-recall >= 0.8
+YARDSTICK_MAX_UNPARSABLE = 0.5  # T2b, T2d: `none` reads in the protocol's format (a yardstick, not a format collapse)
 ALL_ABSTAIN_AFTER, ALL_ABSTAIN_MAX = 50, 0.3   # T2: attempt bonus keeps all-abstain <= 0.3 after batch 50
 GUARD_GAP = 0.1         # W1: the guarded AWA's |late batch refusal - late target| at most this
 RECOVERY_MAX = 10      # W2: P_t back to >= 0 at most this many generation batches after the error turns
@@ -251,12 +252,29 @@ def claim_weak_collapse(table: dict[str, Any]) -> Claim:
                   ["static_0.5", "awa_g0.5"], build)
 
 
+def _yardstick(table: dict[str, Any], seeds: list[int]) -> Criterion:
+    """``none``'s greedy reader as the yardstick of "answerable accuracy >= 0.8 x none's": it must answer in the
+    protocol's format (unparsable share < 0.5) and be right sometimes (answerable accuracy > 0) at every seed.
+    Otherwise 0.8 x none's is 0 and any arm meets it: the comparison says nothing, and the claim cannot hold.
+    Added after T2's seed-0 `none` arm ran on the 2.5e-4 base and collapsed into malformed output
+    (docs/fidelity.md, "T2 on the 2.5e-4 base"); it only ever makes T2b and T2d harder to hold."""
+    none = _at(table, "T2", "none", "greedy.accuracy_answerable", seeds)
+    unparsable = _at(table, "T2", "none", "greedy.unparsable", seeds)
+    broken = {s: (none.get(s, 0.0), unparsable.get(s, 0.0)) for s in seeds
+              if none.get(s, 0.0) <= 0.0 or unparsable.get(s, 0.0) >= YARDSTICK_MAX_UNPARSABLE}
+    return Criterion(f"the yardstick reads: none's answerable accuracy > 0 and unparsable share < "
+                     f"{YARDSTICK_MAX_UNPARSABLE} at every seed", not broken,
+                     rule="yardstick broken at seed(s) " + ", ".join(f"{s} (accuracy {a:.3f}, unparsable {u:.2f})"
+                                                                      for s, (a, u) in broken.items()) if broken else "")
+
+
 def claim_adaptive(table: dict[str, Any]) -> Claim:
     def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
         acc = _at(table, "T2", "awa_adaptive", "greedy.accuracy_answerable", seeds)
         none = _at(table, "T2", "none", "greedy.accuracy_answerable", seeds)
         recall = _at(table, "T2", "awa_adaptive", "greedy.abstain_recall", seeds)
-        return [seed_test(f"awa_adaptive answerable accuracy >= {ADAPTIVE_ACCURACY} x none's",
+        return [_yardstick(table, seeds),
+                seed_test(f"awa_adaptive answerable accuracy >= {ADAPTIVE_ACCURACY} x none's",
                           {s: acc[s] - ADAPTIVE_ACCURACY * none[s] for s in acc if s in none}),
                 seed_test(f"awa_adaptive abstain-recall >= {ADAPTIVE_RECALL}", _shift(recall, -ADAPTIVE_RECALL))], \
             {"awa_adaptive accuracy_answerable": acc, "none accuracy_answerable": none, "awa_adaptive abstain_recall": recall}
@@ -290,6 +308,7 @@ def claim_forced(table: dict[str, Any]) -> Claim:
         tests, worst = _all_abstain_tests(table, "awa_forced", seeds)
         acc = _at(table, "T2", "awa_forced", "greedy.accuracy_answerable", seeds)
         none = _at(table, "T2", "none", "greedy.accuracy_answerable", seeds)
+        tests.append(_yardstick(table, seeds))
         tests.append(seed_test(f"awa_forced answerable accuracy >= {ADAPTIVE_ACCURACY} x none's",
                                {s: acc[s] - ADAPTIVE_ACCURACY * none[s] for s in acc if s in none}))
         return tests, {"largest sampled all-abstain window mean after batch 50": worst,

@@ -301,6 +301,24 @@ def test_weak_base_claims(tmp_path):
     assert any("windup" in d for d in found["T2a"].diagnostics)
 
 
+
+def test_a_yardstick_that_collapsed_into_malformed_output_holds_no_comparison_against_it(tmp_path):
+    """`none` at answerable accuracy 0 (every reply unparsable) makes "0.8 x none's" 0, which any arm meets:
+    T2b and T2d then do not hold, and say why."""
+    for seed in SEEDS:
+        record(tmp_path, "T2", "none", seed, refusal=0.0, greedy={"accuracy_answerable": 0.0, "unparsable": 1.0})
+        record(tmp_path, "T2", "awa_adaptive", seed, greedy={"accuracy_answerable": 0.0, "abstain_recall": 1.0})
+        record(tmp_path, "T2", "awa_forced", seed, refusal=0.5, all_abstain=0.25, greedy={"accuracy_answerable": 0.0})
+    found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
+    for number in ("T2b", "T2d"):
+        [stick] = [t for t in found[number].tests if t.name.startswith("the yardstick reads")]
+        assert found[number].holds is False and not stick.holds and "seed(s) 0 (accuracy 0.000, unparsable 1.00)" in stick.rule
+    record(tmp_path, "T2", "none", 1, refusal=0.0, greedy={"accuracy_answerable": 0.3, "unparsable": 0.1})
+    [stick] = [t for t in {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}["T2b"].tests
+               if t.name.startswith("the yardstick reads")]
+    assert "1 (" not in stick.rule and "0 (" in stick.rule and "2 (" in stick.rule
+
+
 def test_recovery_lags_count_from_the_turn_of_the_error():
     def batches(P, E):
         return [{"P": p, "E": e} for p, e in zip(P, E)]
