@@ -46,13 +46,14 @@ class GeneratorDown(RuntimeError):
         self.detail = detail
 
 
-def public_error(message: str, detail: str | None, logger: logging.Logger, context: str) -> str:
+def public_error(message: str, detail: str | None, logger: logging.Logger, context: str, *, trace: bool = False) -> str:
     """The thread error a client reads: ``message`` and, where there is a cause, a reference to the server-log
-    line that holds it (never the exception's text: it may name hosts, paths or data)."""
+    line that holds it (never the exception's text: it may name hosts, paths or data); ``trace`` logs the
+    exception being handled with it."""
     if not detail:
         return message
     ref = uuid.uuid4().hex[:12]
-    logger.error("%s: %s: %s (reference %s)", context, message, detail, ref)
+    logger.error("%s: %s: %s (reference %s)", context, message, detail, ref, exc_info=trace)
     return f"{message} (reference {ref}: the server log has the cause)"
 
 

@@ -111,9 +111,8 @@ class Loop:
             except GeneratorDown as exc:
                 self._fail(t, public_error(str(exc), exc.detail, log, f"thread {t.id}"))
             except Exception as exc:  # a bug or bad input must end the thread visibly, not leave it PROCESSING
-                log.exception("thread %s failed in %s", t.id, before.value)
                 self._fail(t, public_error(f"internal error in {before.value}", f"{type(exc).__name__}: {exc}", log,
-                                           f"thread {t.id}"))
+                                           f"thread {t.id}", trace=True))
             save(t)
         return t
 

@@ -309,7 +309,7 @@ def comparability_warnings(runs: Sequence[RunSummary], unc: dict[str, Any]) -> l
     return out
 
 
-def _uncertainty_section(unc: dict[str, Any], runs: Sequence[RunSummary]) -> list[str]:
+def _uncertainty_section(unc: dict[str, Any], runs: Sequence[RunSummary], warnings: Sequence[str]) -> list[str]:
     out: list[str] = []
     if unc.get("ci"):
         out += [f"## 95% intervals (bootstrap over questions, {unc['samples']} resamples, within each data set)", "",
@@ -335,7 +335,6 @@ def _uncertainty_section(unc: dict[str, Any], runs: Sequence[RunSummary]) -> lis
         out += ["## Passages searched (fingerprint)", ""]
         out += [f"- {name}: {fp[:16] if fp else 'not recorded (a remote retriever or an older run)'}" for name, fp in prints.items()]
         out.append("")
-    warnings = comparability_warnings(runs, unc)
     if warnings:
         out += ["## Warnings", "", *[f"- **warning: {w}**" for w in warnings], ""]
     return out
@@ -362,7 +361,9 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path, *, bootstrap: 
     rows = table_rows(runs)
     unc = uncertainty(runs, bootstrap)
     paths = {"markdown": out / "report.md", "json": out / "report.json"}
-    paths["markdown"].write_text("\n".join([to_markdown(rows, runs), *_uncertainty_section(unc, runs)]), encoding="utf-8")
+    warnings = comparability_warnings(runs, unc)
+    paths["markdown"].write_text("\n".join([to_markdown(rows, runs), *_uncertainty_section(unc, runs, warnings)]),
+                                 encoding="utf-8")
     paths["json"].write_text(json.dumps({
         "runs": [{"name": r.name, "path": str(r.path), "model": r.metrics.get("model"),
                   "recipe": r.metrics.get("recipe"), "rollout": (r.metrics.get("settings") or {}).get("rollout"),
@@ -371,7 +372,7 @@ def build_report(run_dirs: Sequence[str | Path], out: str | Path, *, bootstrap: 
                   "fingerprint": r.metrics.get("fingerprint")} for r in runs],
         "table": rows,
         "uncertainty": unc,
-        "warnings": comparability_warnings(runs, unc),
+        "warnings": warnings,
     }, indent=2) + "\n", encoding="utf-8")
     paths["frontier"] = plot_frontier(runs, out / "frontier.png")
     paths["calibration"] = plot_calibration(decile_curves(runs), out / "calibration.png")
