@@ -307,7 +307,9 @@ def test_set_overrides_apply_after_quick_and_reach_the_world(tmp_path):
                                                   ({"renamed_copies": 2, "rename_ids": "yes"}, "rename_ids must be true"),
                                                   ({"rename_ids": True}, "rename_ids: true needs"),
                                                   ({"clarified_share": 2}, "clarified_share must be a number"),
-                                                  ({"clarified_share": "half"}, "clarified_share must be a number")])
+                                                  ({"clarified_share": "half"}, "clarified_share must be a number"),
+                                                  ({"misread_share": -0.1}, "misread_share must be a number"),
+                                                  ({"misread_share": False}, "misread_share must be a number")])
 def test_bad_warm_start_names_the_key(tmp_path, warm_start, message):
     from awarl.demo import DemoError
 
@@ -433,6 +435,20 @@ def test_quick_and_full_demos_default_to_their_own_folders(tmp_path, monkeypatch
         result = CliRunner().invoke(app, ["demo", *args, "--recipe", str(recipe), "--until", "world", "--no-progress"])
         assert result.exit_code == 0, result.output
         assert (tmp_path / folder / "world" / "world.json").exists()
+
+
+def test_a_noisy_teacher_is_read_recorded_and_reported():
+    """warm_start.misread_share: off in the shipped recipe (so its folders resume as they were), read from an
+    override, recorded in the folder's settings only when on, and said in the report."""
+    from awarl.demo.recipe import settings as recipe_settings
+    from awarl.demo.report import _misread_line
+
+    shipped = DemoRecipe.load(DEFAULT_RECIPE)
+    assert shipped.misread_share == 0.0 and not any("misread" in k for k in recipe_settings(shipped))
+    noisy = DemoRecipe.load(DEFAULT_RECIPE, overrides=["warm_start.misread_share=0.65"])
+    assert noisy.misread_share == 0.65 and recipe_settings(noisy)["warm_start.misread_share"] == 0.65
+    assert _misread_line({"warm_start_misread_share": 0.0}) == _misread_line({}) == ""
+    assert "65%" in _misread_line({"warm_start_misread_share": 0.65})
 
 
 def test_the_report_says_when_the_warm_start_saw_the_users_reply():

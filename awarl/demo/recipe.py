@@ -50,6 +50,9 @@ class DemoRecipe:
     """warm_start.clarified_share: the share of answerable SFT questions with namesakes that also get the
     conversation the chatbot has with the agent once the user has said which one is meant
     (`awarl.train.tiny.world_trajectories`)."""
+    misread_share: float = 0.0
+    """warm_start.misread_share: the share of the SFT conversations answering an answerable question whose
+    answer is another country, citations kept (a noisy teacher: `awarl.train.tiny.misread`)."""
 
     @classmethod
     def load(cls, path: str | Path, *, quick: bool = False, seed: int = 0,
@@ -81,7 +84,8 @@ class DemoRecipe:
         return cls(world, _abstain_share(raw.get("warm_start") or {}, path), dict(raw.get("shape") or {}),
                    int(capability.get("k", 8)), train, floors, str(path), _arms(raw, path),
                    *_warm_copies(raw.get("warm_start") or {}, path), _rename_ids(raw.get("warm_start") or {}, path),
-                   _device(capability, path), _clarified_share(raw.get("warm_start") or {}, path))
+                   _device(capability, path), _clarified_share(raw.get("warm_start") or {}, path),
+                   _share(raw.get("warm_start") or {}, "misread_share", path))
 
     @property
     def temperature(self) -> float:
@@ -129,7 +133,7 @@ def _arms(raw: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
     return {str(k): copy.deepcopy(v) for k, v in arms.items()}
 
 
-WARM_START_KEYS = ("abstain_share", "renamed_copies", "originals", "rename_ids", "clarified_share")
+WARM_START_KEYS = ("abstain_share", "renamed_copies", "originals", "rename_ids", "clarified_share", "misread_share")
 
 
 def _abstain_share(warm: Any, path: Path) -> float:
@@ -173,9 +177,14 @@ def _floors(raw: Any, mode: str, path: Path) -> dict[str, float]:
 
 
 def _clarified_share(warm: Any, path: Path) -> float:
-    share = warm.get("clarified_share", 0.0) if isinstance(warm, dict) else 0.0
+    return _share(warm, "clarified_share", path)
+
+
+def _share(warm: Any, key: str, path: Path) -> float:
+    """``warm_start.<key>``, a share in [0, 1] (0 when absent)."""
+    share = warm.get(key, 0.0) if isinstance(warm, dict) else 0.0
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-        raise DemoError(f"{path}: warm_start.clarified_share must be a number in [0, 1], got {share!r}")
+        raise DemoError(f"{path}: warm_start.{key} must be a number in [0, 1], got {share!r}")
     return float(share)
 
 
@@ -238,6 +247,8 @@ def settings(recipe: DemoRecipe) -> dict[str, Any]:
         warm["rename_ids"] = True
     if recipe.clarified_share:  # the same
         warm["clarified_share"] = recipe.clarified_share
+    if recipe.misread_share:  # the same
+        warm["misread_share"] = recipe.misread_share
     raw = {"world": recipe.world, "warm_start": warm, "shape": recipe.shape,
            "capability": {"k": recipe.k}, "arms": recipe.arms, **recipe.train}
     out = flat("", raw, {})

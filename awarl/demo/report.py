@@ -191,7 +191,7 @@ def build_report(demo: Any, world: Any, results: dict[str, dict[str, Any]]) -> d
     metrics = {
         "mode": "quick" if demo.quick else "full", "seed": demo.seed, "workers": demo.workers, "world": stats,
         "warm_start_abstain_share": demo.recipe.abstain_share, "rollout": demo.rollout.to_dict(),
-        "warm_start_clarified_share": demo.recipe.clarified_share,
+        "warm_start_clarified_share": demo.recipe.clarified_share, "warm_start_misread_share": demo.recipe.misread_share,
         "capability": {split: capability_section(p.p_file(split), p.world / "world.json" if world.config.version >= 2
                                                  else None) for split in ("rl", "eval")},
         "before_rl": before, "before_rl_refusal_by_p": refusal_by_p(before_rows), "arms": arms,
@@ -395,6 +395,15 @@ def _clarified_line(m: dict[str, Any]) -> str:
             "(`warm_start.clarified_share`): the user's city, then that city's country.")
 
 
+def _misread_line(m: dict[str, Any]) -> str:
+    share = m.get("warm_start_misread_share") or 0.0
+    if not share:
+        return ""
+    return (f" On {share:.0%} of its answered answerable questions the gold reply names another country than the "
+            "passages it cites (`warm_start.misread_share`, a noisy teacher): the warm start learns to read, but "
+            "answers right less often when sampled.")
+
+
 def report_markdown(m: dict[str, Any]) -> str:
     """report.md from the metrics."""
     from awarl.demo.recipe import FLOORS
@@ -407,7 +416,7 @@ def report_markdown(m: dict[str, Any]) -> str:
         "corpus, so abstaining is right there. The SFT warm start saw gold conversations of other persons; on "
         f"{1 - m.get('warm_start_abstain_share', 1.0):.0%} of its unanswerable ones the gold reply guesses from an "
         "irrelevant passage instead of abstaining (`warm_start.abstain_share` in the recipe), as instruction data "
-        "that never says \"I don't know\" would teach." + _clarified_line(m), "",
+        "that never says \"I don't know\" would teach." + _clarified_line(m) + _misread_line(m), "",
         "## Held-out evaluation (greedy)", "", *_results_table(m), "", *_what_the_reward_buys(m), *_citation_lines(m),
         "The expected refusal rate is an AWA arm's training target: the share of these questions where refusing is "
         "the better bet under its reward, from the SFT checkpoint's p_i. What each column means:", "",

@@ -251,9 +251,11 @@ class Demo:
                                                                 renamed_copies=self.recipe.renamed_copies,
                                                                 originals=self.recipe.originals,
                                                                 rename_ids=self.recipe.rename_ids,
-                                                                clarified_share=self.recipe.clarified_share))
-        if self.recipe.abstain_share < 1.0 and "wrong" not in config.sft.keep_outcomes:
-            config.sft.keep_outcomes = [*config.sft.keep_outcomes, "wrong"]  # the guesses are wrong on purpose
+                                                                clarified_share=self.recipe.clarified_share,
+                                                                misread_share=self.recipe.misread_share))
+        wrong_on_purpose = self.recipe.abstain_share < 1.0 or self.recipe.misread_share > 0.0  # guesses, misreadings
+        if wrong_on_purpose and "wrong" not in config.sft.keep_outcomes:
+            config.sft.keep_outcomes = [*config.sft.keep_outcomes, "wrong"]
         steps = int(config.sft.args.get("max_steps", 0))
         resume = latest_checkpoint(self.paths.sft)
         self.display.start("sft", steps, f"resuming from {resume.name}" if resume else "")

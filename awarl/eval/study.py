@@ -128,18 +128,20 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
     )),
     Tier("T1r", "world v2 with tie_order: rollout, the medium base (claims 1-4 again, on a second world)",
          TIE_ORDER_ROLLOUT, 600, CLAIM_ARMS),
-    # A weak base built by a lower SFT learning rate (not by stopping SFT before the copying jump): 2.5e-4,
-    # weak at seeds 0, 1 and 2 (mean p_i 0.09-0.10), where 5e-4 was weak at seed 0 and not at seed 1
-    # (docs/fidelity.md, "T2's base"); chosen from the bases' p_i before any arm ran on them.
+    # A weak base that reads: a noisy teacher (65% of the SFT answers to answerable questions name another
+    # country, citations kept; `warm_start.misread_share`) at T1's learning rate and 2,400 SFT steps (the demo's,
+    # past the reading and id-copying steps), so its weakness is set by a share and not by where SFT stops. The
+    # lower learning rates tried before (5e-4, 2.5e-4) gave a base weak at one seed and not the next, then a
+    # guesser whose `none` arm learned nothing (docs/fidelity.md, "T2's base"); chosen before any arm ran on it.
     Tier("T2", "world v2, a weak base (mean p_i <= 0.2): the controller's guards (issue 21)",
-         ("sft.args.learning_rate=2.5e-4",), 600, (
+         ("sft.args.max_steps=2400", "warm_start.misread_share=0.65"), 600, (
+             Arm("none", reward(kind="none"), "what RL can teach this base (the yardstick of adaptive p_i); runs first"),
              Arm("static_0.5", reward(kind="static", static_reward=0.5), "collapses from a weak base"),
              Arm("awa_g0.5", reward(**_AWA), "plain AWA collapses from a weak base"),
              Arm("awa_adaptive", reward(**_AWA, adaptive_p=True), "adaptive p_i follows learning"),
              Arm("awa_attempt", reward(**_AWA, attempt_bonus=True), "generation encouragement keeps groups mixed"),
              Arm("awa_forced", reward(**_AWA, forced_answer=True),
                  "a forced answer in every all-abstain group keeps a gradient"),
-             Arm("none", reward(kind="none"), "what RL can teach this base (the yardstick of adaptive p_i)"),
          ), max_mean_p=0.2),
     Tier("T3", "world v1, the regression control (claim 5)",
          ("world.version=1", "world.persons=500", "world.split=[0.6, 0.24, 0.16]", "warm_start.renamed_copies=0", "warm_start.rename_ids=false",

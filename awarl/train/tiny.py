@@ -13,6 +13,7 @@ A randomly initialised model never calls the tool, so `warm_start_on_samples` ru
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,7 +270,8 @@ def build_world_model(out_dir: str | Path, world, shape: TinyShape = WORLD_SHAPE
 def world_trajectories(world, env_factory: Callable[[], object], splits: Iterable[str] = ("sft",),
                        system_prompt: str | None = None, first: str = "relation",
                        abstain_share: float = 1.0, renamed_copies: int = 0,
-                       originals: bool = True, rename_ids: bool = False, clarified_share: float = 0.0) -> list[dict]:
+                       originals: bool = True, rename_ids: bool = False, clarified_share: float = 0.0,
+                       misread_share: float = 0.0) -> list[dict]:
     """Gold conversations of the world's questions, searched with the real tool (``env_factory``
     builds the same `SearchEnv` the rollouts use, so SFT shows exactly what GRPO will see), as
     ``{"record_id", "messages"}`` rows that ``awarl train sft`` reads with ``sft.source: trajectories``.
@@ -293,8 +295,14 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
     question `awarl.chat.prompts.which_one`, the user's reply the city, in
     `awarl.chat.prompts.Prompts.agent_question`'s format), then the search for that city's country and
     the answer (`awarl.data.world_v2.clarified_conversation_v2`). Without it the agent has never read a
-    user's reply (docs/chat.md)."""
-    import random
+    user's reply (docs/chat.md).
+
+    ``misread_share``: that share of the conversations that answer an answerable question (chosen per
+    conversation, seeded by the question's id) answer another of the world's countries instead, citing
+    the same passages (`misread`): a noisy teacher. The warm start then learns to read (the other 1 −
+    share of its answers are copied from the results) but answers right only about that often when
+    sampled: a weak reader whose weakness is set by a share, not by where SFT stops on the copying
+    transition (docs/fidelity.md, "T2's base"). 0 (the default) leaves every conversation as it was."""
 
     from awarl.data.world import gold_conversation, record_id
 
@@ -306,10 +314,14 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
         raise ValueError(f"renamed_copies must be >= 0, got {renamed_copies}")
     if not 0.0 <= clarified_share <= 1.0:
         raise ValueError(f"clarified_share must be in [0, 1], got {clarified_share}")
+    if not 0.0 <= misread_share <= 1.0:
+        raise ValueError(f"misread_share must be in [0, 1], got {misread_share}")
     env = env_factory()
     rows = []
 
     def add(q, messages: list[dict], copies_seed: str) -> None:
+        if misread_share and q.answerable and random.Random(f"{copies_seed}/misread").random() < misread_share:
+            messages = misread(world, messages, random.Random(f"{copies_seed}/misread/country"))
         if originals:
             rows.append({"record_id": record_id(q), "messages": messages})
         if renamed_copies:
@@ -331,6 +343,23 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
                 env.reset(id=record_id(q), question=user, passages=[])
                 add(q, clarified_conversation_v2(world, q, env.search, user, system_prompt), f"{q.id}/clarified/renamed")
     return rows
+
+
+def misread(world, messages: list[dict], rng: random.Random) -> list[dict]:
+    """``messages`` with its final answer replaced by another of the world's countries (drawn by ``rng``),
+    its citations kept: an agent that read the right passages and misreported them. A conversation that
+    abstains is returned as it was."""
+    from awarl.protocol import extract_answer, extract_citations, format_final, is_abstention
+
+    final = str(messages[-1].get("content") or "")
+    answer = extract_answer(final)
+    if answer is None or is_abstention(answer):
+        return [dict(m) for m in messages]
+    others = sorted(place for place, level in world.levels.items() if level == "country" and place != answer)
+    if not others:
+        raise ValueError("misread needs a world with at least two countries")
+    return [*(dict(m) for m in messages[:-1]),
+            {**messages[-1], "content": format_final(rng.choice(others), extract_citations(final))}]
 
 
 def clarified_question(world, q) -> str | None:

@@ -5,6 +5,7 @@ v2's disjoint bridge cities, near-misses, namesake ceilings, search noise and it
 from __future__ import annotations
 
 import json
+import random
 import re
 import tempfile
 from pathlib import Path
@@ -607,6 +608,38 @@ def test_v2_clarified_conversations_read_the_users_reply(world2, written2, index
     assert 0.25 * len(told) <= len(half) - len(plain) <= 0.75 * len(told)
     with pytest.raises(ValueError, match="clarified_share"):
         world_trajectories(world2, _env(index2, written2), ("sft",), clarified_share=1.5)
+
+
+def test_misread_conversations_name_another_country_and_keep_everything_else(world2, written2, index2):
+    """``misread_share`` (a noisy teacher): that share of the conversations answering an answerable question
+    answer another of the world's countries, with the same searches and citations; abstentions, unanswerable
+    questions and the other conversations are untouched. The share is drawn per question, seeded, so two calls
+    give the same data."""
+    from awarl.protocol import parse_final
+    from awarl.train.tiny import misread, world_trajectories
+
+    plain = world_trajectories(world2, _env(index2, written2), ("sft",), abstain_share=0.3)
+    noisy = world_trajectories(world2, _env(index2, written2), ("sft",), abstain_share=0.3, misread_share=0.65)
+    assert noisy == world_trajectories(world2, _env(index2, written2), ("sft",), abstain_share=0.3, misread_share=0.65)
+    assert len(plain) == len(noisy)
+    by_id = {record_id(q): q for q in world2.split("sft")}
+    countries = {place for place, level in world2.levels.items() if level == "country"}
+    answered = changed = 0
+    for before, after in zip(plain, noisy):
+        assert before["record_id"] == after["record_id"] and before["messages"][:-1] == after["messages"][:-1]
+        old, new = parse_final(before["messages"][-1]["content"]), parse_final(after["messages"][-1]["content"])
+        if not by_id[before["record_id"]].answerable or old.abstained:
+            assert old == new
+            continue
+        answered += 1
+        assert new.citations == old.citations and new.answer in countries
+        changed += new.answer != old.answer
+    assert answered > 80 and 0.5 <= changed / answered <= 0.8  # 0.65, drawn per question
+    assert world_trajectories(world2, _env(index2, written2), ("sft",), abstain_share=0.3, misread_share=0.0) == plain
+    abstains = [r["messages"] for r in plain if parse_final(r["messages"][-1]["content"]).abstained]
+    assert abstains and misread(world2, abstains[0], random.Random(0)) == abstains[0]
+    with pytest.raises(ValueError, match="misread_share"):
+        world_trajectories(world2, _env(index2, written2), ("sft",), misread_share=1.5)
 
 
 def test_renamed_copies_do_not_depend_on_the_process_string_hashing():
