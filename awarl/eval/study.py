@@ -128,13 +128,13 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
     )),
     Tier("T1r", "world v2 with tie_order: rollout, the medium base (claims 1-4 again, on a second world)",
          TIE_ORDER_ROLLOUT, 600, CLAIM_ARMS),
-    # A weak base that reads: a noisy teacher (65% of the SFT answers to answerable questions name another
+    # A weak base that reads: a noisy teacher (75% of the SFT answers to answerable questions name another
     # country, citations kept; `warm_start.misread_share`) at T1's learning rate and 2,400 SFT steps (the demo's,
     # past the reading and id-copying steps), so its weakness is set by a share and not by where SFT stops. The
     # lower learning rates tried before (5e-4, 2.5e-4) gave a base weak at one seed and not the next, then a
     # guesser whose `none` arm learned nothing (docs/fidelity.md, "T2's base"); chosen before any arm ran on it.
     Tier("T2", "world v2, a weak base (mean p_i <= 0.2): the controller's guards (issue 21)",
-         ("sft.args.max_steps=2400", "warm_start.misread_share=0.65"), 600, (
+         ("sft.args.max_steps=2400", "warm_start.misread_share=0.75"), 600, (
              Arm("none", reward(kind="none"), "what RL can teach this base (the yardstick of adaptive p_i); runs first"),
              Arm("static_0.5", reward(kind="static", static_reward=0.5), "collapses from a weak base"),
              Arm("awa_g0.5", reward(**_AWA), "plain AWA collapses from a weak base"),
