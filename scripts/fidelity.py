@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from awarl.eval.study import (  # noqa: E402
-    SEEDS, TIERS, arm_folder, arm_overrides, base_folder, base_overrides, late, load_runs, plan, read_batches,
-    write_result,
+    SEEDS, TIERS, arm_folder, arm_overrides, base_folder, base_overrides, late, load_run, load_runs, plan, read_batches,
+    write_result, yardstick_failures,
 )
 
 RECIPE = ROOT / "configs" / "demo_world.yaml"
@@ -138,6 +138,20 @@ def run(out: Path, tiers: list[str], seeds: list[int], arms: list[str] | None, r
                     print(f"!! {tier} seed {seed}: the base's mean p_i on answerable RL questions is {mean:.3f} > {limit} "
                           f"(the tier's precondition); its arms are not run. Change the tier's base in "
                           f"awarl/eval/study.py before any arm runs.", flush=True)
+                    todo = [t for t in todo if t[2] != seed]
+        yardstick = TIERS[tier].yardstick
+        if yardstick and any(arm != yardstick for _, arm, _ in todo):
+            # the yardstick first, at every seed; the other arms only where it shows RL teaches the base
+            first = [t for t in todo if t[1] == yardstick]
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                failed += sum(pool.map(lambda t: _spawn([*common, "--arm", t[1], "--seed", str(t[2])]) != 0, first))
+            todo = [t for t in todo if t[1] != yardstick]
+            for seed in sorted({s for _, _, s in todo}):
+                folder = arm_folder(out, tier, yardstick, seed)
+                why = yardstick_failures(load_run(folder)) if (folder / "result.json").exists() else ["it has not finished"]
+                if why:
+                    print(f"!! {tier} seed {seed}: the yardstick arm {yardstick} does not show that RL teaches this base "
+                          f"({'; '.join(why)}); the tier's other arms are not run at this seed.", flush=True)
                     todo = [t for t in todo if t[2] != seed]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             failed += sum(pool.map(lambda t: _spawn([*common, "--arm", t[1], "--seed", str(t[2])]) != 0, todo))

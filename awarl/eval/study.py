@@ -87,6 +87,9 @@ class Tier:
     arms: tuple[Arm, ...]
     max_mean_p: float | None = None
     """The base's precondition: mean p_i on answerable RL questions at most this (checked before any arm)."""
+    yardstick: str | None = None
+    """An arm that runs first at every seed; the tier's other arms run only at the seeds where it shows that RL
+    teaches the base (`yardstick_failures`): T2's `none`, which T2b and T2d compare with."""
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -142,7 +145,7 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
              Arm("awa_attempt", reward(**_AWA, attempt_bonus=True), "generation encouragement keeps groups mixed"),
              Arm("awa_forced", reward(**_AWA, forced_answer=True),
                  "a forced answer in every all-abstain group keeps a gradient"),
-         ), max_mean_p=0.2),
+         ), max_mean_p=0.2, yardstick="none"),
     Tier("T3", "world v1, the regression control (claim 5)",
          ("world.version=1", "world.persons=500", "world.split=[0.6, 0.24, 0.16]", "warm_start.renamed_copies=0", "warm_start.rename_ids=false",
           "warm_start.originals=true", "sft.args.max_steps=700"), 400, (
@@ -322,14 +325,47 @@ def write_result(folder: Path, result: dict[str, Any]) -> Path:
     return path
 
 
+def load_run(folder: Path) -> Run:
+    """The finished arm in ``folder`` (``<out>/<tier>/<arm>/seed<N>``, holding its ``result.json``)."""
+    folder = Path(folder)
+    result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+    return Run(folder.parts[-3], folder.parts[-2], int(folder.name[len("seed"):]), result,
+               read_batches(folder / "grpo" / "metrics_log.jsonl"), folder)
+
+
 def load_runs(out: Path) -> list[Run]:
     """Every finished tier / arm / seed under ``out`` (whatever has finished so far)."""
-    runs = []
-    for path in sorted(Path(out).glob("*/*/seed*/result.json")):
-        result = json.loads(path.read_text(encoding="utf-8"))
-        tier, arm, seed = path.parts[-4], path.parts[-3], int(path.parts[-2][len("seed"):])
-        runs.append(Run(tier, arm, seed, result, read_batches(path.parent / "grpo" / "metrics_log.jsonl"), path.parent))
-    return runs
+    return [load_run(path.parent) for path in sorted(Path(out).glob("*/*/seed*/result.json"))]
+
+
+YARDSTICK_GAIN = 0.10
+"""A yardstick arm's late batch accuracy (the last `LATE` generation batches) must exceed the mean of its first
+`EARLY` by at least this: RL teaches the base something (docs/fidelity.md, "T2's base: a noisy teacher")."""
+EARLY = 10
+YARDSTICK_MAX_UNPARSABLE = 0.5
+"""A yardstick's held-out greedy unparsable share must be below this (it answers in the protocol's format)."""
+
+
+def yardstick_failures(run: Run) -> list[str]:
+    """Why ``run`` (a tier's yardstick arm) does not show that RL teaches its base; empty when it does. It must
+    gain `YARDSTICK_GAIN` in batch accuracy from its first `EARLY` generation batches to its last `LATE`, and
+    on the held-out questions answer in format (unparsable share < `YARDSTICK_MAX_UNPARSABLE`) and be right
+    sometimes (answerable accuracy > 0)."""
+    why = []
+    accuracy = [b["accuracy"] for b in run.batches if "accuracy" in b]
+    if len(accuracy) < EARLY + LATE:
+        why.append(f"{len(accuracy)} generation batches logged accuracy, fewer than {EARLY + LATE}")
+    else:
+        early, end = statistics.fmean(accuracy[:EARLY]), statistics.fmean(accuracy[-LATE:])
+        if end - early < YARDSTICK_GAIN:
+            why.append(f"batch accuracy {early:.3f} over the first {EARLY} batches and {end:.3f} over the last {LATE}: "
+                       f"a gain of {end - early:+.3f} < {YARDSTICK_GAIN}")
+    unparsable, answerable = run.metric("unparsable"), run.metric("accuracy_answerable")
+    if unparsable is None or unparsable >= YARDSTICK_MAX_UNPARSABLE:
+        why.append(f"held-out unparsable share {unparsable} (at most {YARDSTICK_MAX_UNPARSABLE} allowed)")
+    if answerable is None or answerable <= 0.0:
+        why.append(f"held-out answerable accuracy {answerable} (must be > 0)")
+    return why
 
 
 HELD_OUT = ("precision", "accuracy", "ra_f1", "refusal_rate", "abstain_recall", "over_refusal", "accuracy_answerable",

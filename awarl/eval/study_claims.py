@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from awarl.eval.study import CLAIM_TIERS, SEEDS, STUDY_REWARD, max_window_after, per_seed, plateau_sd, question_level
+from awarl.eval.study import (CLAIM_TIERS, SEEDS, STUDY_REWARD, YARDSTICK_MAX_UNPARSABLE, max_window_after, per_seed, plateau_sd,
+                              question_level)
 
 # The thresholds, as pre-registered (docs/fidelity.md); never tuned to a result.
 DRIFT = 0.9            # claim 1: static's late batch refusal at least this; T2: collapse
@@ -30,7 +31,6 @@ PRECISION_VS_DM, ACCURACY_VS_DM, RA_F1_VS_DM, PRECISION_VS_NONE = 0.08, -0.04, 0
 DM_SPREAD, DM_AWAY, AWA_SPREAD = 0.1, 0.15, 0.05  # claim 4
 PAYING_TOGETHER = 0.03  # claim 5: paying arms' held-out refusal within this of each other
 ADAPTIVE_ACCURACY, ADAPTIVE_RECALL = 0.8, 0.8  # T2: answerable accuracy >= 0.8 x none's, abstain-recall >= 0.8
-YARDSTICK_MAX_UNPARSABLE = 0.5  # T2b, T2d: `none` reads in the protocol's format (a yardstick, not a format collapse)
 ALL_ABSTAIN_AFTER, ALL_ABSTAIN_MAX = 50, 0.3   # T2: attempt bonus keeps all-abstain <= 0.3 after batch 50
 GUARD_GAP = 0.1         # W1: the guarded AWA's |late batch refusal - late target| at most this
 RECOVERY_MAX = 10      # W2: P_t back to >= 0 at most this many generation batches after the error turns

@@ -39,7 +39,8 @@ def test_every_arm_names_every_reward_switch():
     assert t1.arm("data_manip").reward["kind"] == "unanswerable_only" and t1.arm("ternary").seeds == (0,)
     t2 = TIERS["T2"]
     assert t2.arm("awa_adaptive").reward["adaptive_p"] and not t2.arm("awa_g0.5").reward["adaptive_p"]
-    assert t2.arm("awa_attempt").reward["attempt_bonus"] and t2.max_mean_p == 0.2
+    assert t2.arm("awa_attempt").reward["attempt_bonus"] and t2.max_mean_p == 0.2 and t2.yardstick == "none"
+    assert "warm_start.misread_share=0.75" in t2.base  # the noisy teacher, pre-registered (docs/fidelity.md)
     assert t2.arm("awa_forced").reward["forced_answer"] and not t2.arm("awa_attempt").reward["forced_answer"]
     assert "world.version=1" in TIERS["T3"].base and TIERS["T3"].steps < t1.steps
     with pytest.raises(KeyError, match="not reward switches"):
@@ -464,10 +465,14 @@ def test_claim_3_carries_the_question_level_paired_bootstrap_where_evaluations_e
     assert per_seed[0]["accuracy"] == {"diff": 0.0, "stderr": 0.0, "beyond_2se": False}  # the same 20 right answers
 
 
+LEARNS = [0.15] * 10 + [0.2] * 20 + [0.3] * 20   # batch accuracy: +0.15 from the first 10 batches to the last 20
+
+
 def test_run_builds_the_bases_first_and_skips_a_base_that_misses_its_precondition(tmp_path, monkeypatch, capsys,
                                                                                  load_script):
     """The scheduling of `scripts/fidelity.py run` (the jobs themselves train, so here they only record):
-    a tier's bases before its arms, finished arms skipped, a T2 base with mean p_i > 0.2 gets no arms."""
+    a tier's bases before its arms, finished arms skipped, a T2 base with mean p_i > 0.2 gets no arms, and T2's
+    yardstick (`none`) runs before the other arms at every seed."""
     fid = load_script("fidelity")
     calls = []
 
@@ -477,14 +482,48 @@ def test_run_builds_the_bases_first_and_skips_a_base_that_misses_its_preconditio
         if arm == "base":
             study.base_folder(tmp_path, "T2", seed).mkdir(parents=True)
         else:
+            record(tmp_path, "T2", arm, seed, batches=len(LEARNS), accuracy=LEARNS, greedy={"unparsable": 0.0})
+        return 0
+
+    monkeypatch.setattr(fid, "_spawn", job)
+    monkeypatch.setattr(fid, "base_mean_p", lambda out, tier, seed: {0: 0.12, 1: 0.35, 2: 0.15}[seed])
+    record(tmp_path, "T2", "none", 0, batches=len(LEARNS), accuracy=LEARNS, greedy={"unparsable": 0.0})  # finished: skipped
+    assert fid.run(tmp_path, ["T2"], [0, 1, 2], None, fid.RECIPE, jobs=2) == 0
+    assert sorted(calls[:3]) == [("base", 0), ("base", 1), ("base", 2)]
+    assert calls[3] == ("none", 2)
+    assert sorted(calls[4:]) == [(a, s) for a in sorted(("static_0.5", "awa_g0.5", "awa_adaptive", "awa_attempt",
+                                                                          "awa_forced")) for s in (0, 2)]
+    assert "T2 seed 1: the base's mean p_i on answerable RL questions is 0.350 > 0.2" in capsys.readouterr().out
+
+
+def test_a_yardstick_that_learns_nothing_keeps_the_other_arms_off_its_seed(tmp_path, monkeypatch, capsys, load_script):
+    """T2's second precondition: `none` must gain >= 0.10 in batch accuracy and read held-out in format; at a seed
+    where it does not, no other arm runs, and the runner says why."""
+    fid = load_script("fidelity")
+    calls = []
+    flat = [0.2] * len(LEARNS)
+
+    def job(args):
+        arm, seed = args[args.index("--arm") + 1], int(args[args.index("--seed") + 1])
+        calls.append((arm, seed))
+        if arm == "base":
+            study.base_folder(tmp_path, "T2", seed).mkdir(parents=True)
+        elif arm == "none":
+            record(tmp_path, "T2", arm, seed, batches=len(LEARNS), accuracy=LEARNS if seed == 0 else flat,
+                   greedy={"unparsable": 0.0 if seed != 2 else 0.9})
+        else:
             record(tmp_path, "T2", arm, seed)
         return 0
 
     monkeypatch.setattr(fid, "_spawn", job)
-    monkeypatch.setattr(fid, "base_mean_p", lambda out, tier, seed: {0: 0.12, 1: 0.35}[seed])
-    record(tmp_path, "T2", "none", 0)  # already finished: skipped
-    assert fid.run(tmp_path, ["T2"], [0, 1], None, fid.RECIPE, jobs=2) == 0
-    assert sorted(calls[:2]) == [("base", 0), ("base", 1)]
-    assert sorted(calls[2:]) == [(a, 0) for a in sorted(("static_0.5", "awa_g0.5", "awa_adaptive", "awa_attempt",
-                                                                          "awa_forced"))]
-    assert "T2 seed 1: the base's mean p_i on answerable RL questions is 0.350 > 0.2" in capsys.readouterr().out
+    monkeypatch.setattr(fid, "base_mean_p", lambda out, tier, seed: 0.1)
+    assert fid.run(tmp_path, ["T2"], [0, 1, 2], None, fid.RECIPE, jobs=1) == 0
+    assert {s for a, s in calls if a not in ("base", "none")} == {0}
+    out = capsys.readouterr().out
+    assert "T2 seed 1: the yardstick arm none does not show that RL teaches this base (batch accuracy 0.200" in out
+    assert "a gain of +0.000 < 0.1" in out and "T2 seed 2" in out and "held-out unparsable share 0.9" in out
+    # the criterion itself, on one run
+    run = study.load_run(arm_folder(tmp_path, "T2", "none", 0))
+    assert study.yardstick_failures(run) == [] and (run.tier, run.arm, run.seed) == ("T2", "none", 0)
+    short = study.Run("T2", "none", 0, run.result, run.batches[:12])
+    assert study.yardstick_failures(short) == ["12 generation batches logged accuracy, fewer than 30"]
