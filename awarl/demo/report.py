@@ -386,22 +386,28 @@ def _grpo_lines(m: dict[str, Any]) -> list[str]:
             "last 10: " + ", ".join(f"{k} {v:.3f}" for k, v in arm["grpo_last"].items()) for name, arm in m["arms"].items()]
 
 
+WARM_START_SENTENCES = {
+    "clarified_share": " On {share:.0%} of its answerable questions about a person who has namesakes, it also saw the "
+                       "conversation the chatbot has with the agent once the user has said which one is meant "
+                       "(`warm_start.clarified_share`): the user's city, then that city's country.",
+    "misread_share": " On {share:.0%} of its answered answerable questions the gold reply names another country than "
+                     "the passages it cites (`warm_start.misread_share`, a noisy teacher): the warm start learns to "
+                     "read, but answers right less often when sampled.",
+}
+"""What report.md says of a warm-start share that is on (metrics key ``warm_start_<name>``); nothing when it is 0."""
+
+
+def _share_line(m: dict[str, Any], name: str) -> str:
+    share = m.get(f"warm_start_{name}") or 0.0
+    return WARM_START_SENTENCES[name].format(share=share) if share else ""
+
+
 def _clarified_line(m: dict[str, Any]) -> str:
-    share = m.get("warm_start_clarified_share") or 0.0
-    if not share:
-        return ""
-    return (f" On {share:.0%} of its answerable questions about a person who has namesakes, it also saw the "
-            "conversation the chatbot has with the agent once the user has said which one is meant "
-            "(`warm_start.clarified_share`): the user's city, then that city's country.")
+    return _share_line(m, "clarified_share")
 
 
 def _misread_line(m: dict[str, Any]) -> str:
-    share = m.get("warm_start_misread_share") or 0.0
-    if not share:
-        return ""
-    return (f" On {share:.0%} of its answered answerable questions the gold reply names another country than the "
-            "passages it cites (`warm_start.misread_share`, a noisy teacher): the warm start learns to read, but "
-            "answers right less often when sampled.")
+    return _share_line(m, "misread_share")
 
 
 def report_markdown(m: dict[str, Any]) -> str:
