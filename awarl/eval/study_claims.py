@@ -265,7 +265,8 @@ def _yardstick(table: dict[str, Any], seeds: list[int]) -> Criterion:
     return Criterion(f"the yardstick reads: none's answerable accuracy > 0 and unparsable share < "
                      f"{YARDSTICK_MAX_UNPARSABLE} at every seed", not broken,
                      rule="yardstick broken at seed(s) " + ", ".join(f"{s} (accuracy {a:.3f}, unparsable {u:.2f})"
-                                                                      for s, (a, u) in broken.items()) if broken else "")
+                                                                      for s, (a, u) in broken.items())
+                     if broken else f"at every seed ({len(seeds)})")
 
 
 def claim_adaptive(table: dict[str, Any]) -> Claim:

@@ -318,6 +318,11 @@ def test_a_yardstick_that_collapsed_into_malformed_output_holds_no_comparison_ag
     [stick] = [t for t in {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}["T2b"].tests
                if t.name.startswith("the yardstick reads")]
     assert "1 (" not in stick.rule and "0 (" in stick.rule and "2 (" in stick.rule
+    for seed in (0, 2):
+        record(tmp_path, "T2", "none", seed, refusal=0.0, greedy={"accuracy_answerable": 0.3, "unparsable": 0.1})
+    [stick] = [t for t in {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}["T2b"].tests
+               if t.name.startswith("the yardstick reads")]
+    assert stick.holds and stick.rule == "at every seed (3)"
 
 
 def test_recovery_lags_count_from_the_turn_of_the_error():
