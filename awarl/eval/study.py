@@ -206,8 +206,8 @@ BATCH_KEYS = {
 
 def read_batches(path: Path) -> list[dict[str, float]]:
     """The generation batches of a GRPO ``metrics_log.jsonl``, in order: each a dict of the `BATCH_KEYS`
-    it logged plus its ``step``. A resumed run's repeated steps keep their last row; a torn last line
-    (a killed run) is skipped."""
+    it logged plus its ``step``. Rows of one step merge, a later value winning, so a resumed run's repeated
+    steps read as their last run; a torn last line (a killed run) is skipped."""
     by_step: dict[int, dict[str, Any]] = {}
     for row in read_log_rows(path) if Path(path).exists() else []:
         if "train_runtime" not in row and isinstance(row.get("step"), int):
@@ -244,10 +244,10 @@ def plateau_sd(batches: Sequence[dict[str, float]], key: str = "refusal", last: 
 
 
 def max_window_after(batches: Sequence[dict[str, float]], key: str, after: int, window: int = LATE) -> float | None:
-    """The largest ``window``-batch sliding mean of ``key`` over the batches after the first ``after``."""
+    """The largest ``window``-batch sliding mean of ``key`` over the batches after the first ``after`` (None
+    when fewer than ``window`` of them ran: a shorter window is not the claim's)."""
     values = [b[key] for b in batches[after:] if key in b]
-    means = window_means(values, min(window, len(values))) if values else []
-    return max(means) if means else None
+    return max(window_means(values, window)) if len(values) >= window else None
 
 
 RECOVERY_WINDOW = 10

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from awarl.eval.study import (CLAIM_TIERS, SEEDS, STUDY_REWARD, YARDSTICK_MAX_UNPARSABLE, max_window_after, per_seed, plateau_sd,
-                              question_level)
+from awarl.eval.study import (CLAIM_TIERS, LATE, SEEDS, STUDY_REWARD, YARDSTICK_MAX_UNPARSABLE, max_window_after, per_seed,
+                              plateau_sd, question_level)
 
 # The thresholds, as pre-registered (docs/fidelity.md); never tuned to a result.
 DRIFT = 0.9            # claim 1: static's late batch refusal at least this; T2: collapse
@@ -129,11 +129,22 @@ def _claim(number: str, text: str, tier: str, table: dict[str, Any], arms: Seque
     if not seeds:
         return Claim(number, text, tier, None, missing=missing or list(arms), arms=list(arms))
     tests, numbers = build(seeds)
+    _every_seed(tests, seeds)
     holds = all(t.holds for t in tests)
     claim = Claim(number, text, tier, holds, tests, seeds, numbers, missing=missing, arms=list(arms))
     if not holds:
         claim.diagnostics = [diagnose(table, tier, arm, s) for arm in arms for s in seeds]
     return claim
+
+
+def _every_seed(tests: list[Criterion], seeds: Sequence[int]) -> None:
+    """A per-seed test that has no value at one of the paired seeds (a run without its metrics log, say) does
+    not hold: "at every seed" means every seed the claim lists, not every seed that happened to be measured."""
+    for test in tests:
+        unmeasured = [s for s in seeds if test.margins and s not in test.margins]
+        if unmeasured:
+            test.holds = False
+            test.rule = f"no value at seed(s) {unmeasured}; {test.rule}"
 
 
 def _at(table: dict[str, Any], tier: str, arm: str, path: str, seeds: Sequence[int]) -> dict[int, float]:
@@ -290,7 +301,8 @@ def _all_abstain_tests(table: dict[str, Any], arm: str, seeds: list[int]) -> tup
     tests = [seed_test(f"{arm} all-abstain share (largest 20-batch mean after batch {ALL_ABSTAIN_AFTER}) "
                        f"<= {ALL_ABSTAIN_MAX}", {s: ALL_ABSTAIN_MAX - v for s, v in worst.items() if v is not None})]
     if any(v is None for v in worst.values()):
-        tests.append(Criterion(f"{arm} ran more than {ALL_ABSTAIN_AFTER} batches", False, rule="too few batches"))
+        tests.append(Criterion(f"{arm} ran at least {ALL_ABSTAIN_AFTER} + {LATE} generation batches", False,
+                               rule="too few batches"))
     return tests, worst
 
 

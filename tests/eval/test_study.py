@@ -137,6 +137,8 @@ def test_late_values_and_the_plateau_window():
     wandering = [{"refusal": 0.2}] * 25 + [{"refusal": 0.8}] * 25
     assert study.plateau_sd(wandering) > 0.05
     assert study.max_window_after([{"all_abstain": 1.0}] * 50 + [{"all_abstain": 0.1}] * 30, "all_abstain", 50) == 0.1
+    # fewer than 20 batches after batch 50 hold no 20-batch window: a shorter one would not be the claim's
+    assert study.max_window_after([{"all_abstain": 1.0}] * 50 + [{"all_abstain": 0.0}] * 5, "all_abstain", 50) is None
 
 
 def test_aggregation_reports_terms_held_out_and_compute(tmp_path):
@@ -287,20 +289,38 @@ def test_weak_base_claims(tmp_path):
         record(tmp_path, "T2", "awa_g0.5", seed, refusal=0.99, all_abstain=0.97, capped=0.9, P=-0.7)
         record(tmp_path, "T2", "none", seed, refusal=0.0, greedy={"accuracy_answerable": 0.5})
         record(tmp_path, "T2", "awa_adaptive", seed, greedy={"accuracy_answerable": 0.45, "abstain_recall": 0.85})
-        record(tmp_path, "T2", "awa_attempt", seed, refusal=0.5, all_abstain=0.2)
-        record(tmp_path, "T2", "awa_forced", seed, refusal=0.5, all_abstain=0.25, greedy={"accuracy_answerable": 0.41})
+        record(tmp_path, "T2", "awa_attempt", seed, refusal=0.5, all_abstain=0.2, batches=80)
+        record(tmp_path, "T2", "awa_forced", seed, refusal=0.5, all_abstain=0.25, greedy={"accuracy_answerable": 0.41}, batches=80)
     verdicts = _verdicts(tmp_path)
     assert verdicts["T2a"] and verdicts["T2b"] and verdicts["T2c"] and verdicts["T2d"]
     for seed in SEEDS:
         record(tmp_path, "T2", "awa_g0.5", seed, refusal=0.5, target=0.9, capped=0.9, P=-0.7)  # no collapse
         record(tmp_path, "T2", "awa_adaptive", seed, greedy={"accuracy_answerable": 0.2, "abstain_recall": 0.9})
-        record(tmp_path, "T2", "awa_attempt", seed, refusal=0.9, all_abstain=0.6)
-    record(tmp_path, "T2", "awa_forced", 1, refusal=0.5, all_abstain=0.25, greedy={"accuracy_answerable": 0.39})
+        record(tmp_path, "T2", "awa_attempt", seed, refusal=0.9, all_abstain=0.6, batches=80)
+    record(tmp_path, "T2", "awa_forced", 1, refusal=0.5, all_abstain=0.25, greedy={"accuracy_answerable": 0.39}, batches=80)
     found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
     assert [found[n].holds for n in ("T2a", "T2b", "T2c", "T2d")] == [False, False, False, False]
     assert found["T2d"].complete  # one seed under 0.8 x none's accuracy (0.39 < 0.40) fails it
     assert any("windup" in d for d in found["T2a"].diagnostics)
 
+
+
+def test_a_seed_without_a_value_or_a_full_window_holds_no_claim(tmp_path):
+    """"At every seed" means every seed the claim lists: a run whose metrics log is gone has no late refusal
+    at its seed, and a run with fewer than 20 batches after batch 50 has no 20-batch window there."""
+    for seed in SEEDS:
+        record(tmp_path, "T2", "static_0.5", seed, refusal=0.98)
+        record(tmp_path, "T2", "awa_g0.5", seed, refusal=0.99)
+        record(tmp_path, "T2", "awa_attempt", seed, refusal=0.5, all_abstain=0.2, batches=80)
+    assert _verdicts(tmp_path)["T2a"] is True and _verdicts(tmp_path)["T2c"] is True
+    (arm_folder(tmp_path, "T2", "awa_g0.5", 2) / "grpo" / "metrics_log.jsonl").unlink()
+    record(tmp_path, "T2", "awa_attempt", 1, refusal=0.5, all_abstain=[1.0] * 50 + [0.0] * 5, batches=55)
+    found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
+    assert found["T2a"].holds is False and found["T2a"].seeds == [0, 1, 2]
+    [unmeasured] = [t for t in found["T2a"].tests if not t.holds]
+    assert unmeasured.name.startswith("awa_g0.5") and unmeasured.rule.startswith("no value at seed(s) [2]")
+    assert found["T2c"].holds is False
+    assert "too few batches" in [t.rule for t in found["T2c"].tests]
 
 
 def test_a_yardstick_that_collapsed_into_malformed_output_holds_no_comparison_against_it(tmp_path):
