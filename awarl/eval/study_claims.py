@@ -98,6 +98,7 @@ class Claim:
     diagnostics: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     arms: list[str] = field(default_factory=list)
+    unrun: list[str] = field(default_factory=list)  # "<arm> seed <s>" of the study's seeds not finished
 
     @property
     def complete(self) -> bool:
@@ -113,7 +114,10 @@ class Claim:
         if self.holds is None:
             return "not measured"
         word = "yes" if self.holds else "no"
-        return word if self.complete else f"{word} (seeds {','.join(map(str, self.seeds))} only)"
+        if self.complete:
+            return word
+        return f"{word} (seeds {','.join(map(str, self.seeds))} only" + \
+            (f"; not run: {', '.join(self.unrun)})" if self.unrun else ")")
 
 
 def _paired(table: dict[str, Any], tier: str, arms: Sequence[str]) -> list[int]:
@@ -131,7 +135,9 @@ def _claim(number: str, text: str, tier: str, table: dict[str, Any], arms: Seque
     tests, numbers = build(seeds)
     _every_seed(tests, seeds)
     holds = all(t.holds for t in tests)
-    claim = Claim(number, text, tier, holds, tests, seeds, numbers, missing=missing, arms=list(arms))
+    done = {a: set(((table.get(tier) or {}).get(a) or {}).get("seeds", [])) for a in arms}
+    claim = Claim(number, text, tier, holds, tests, seeds, numbers, missing=missing, arms=list(arms),
+                  unrun=[f"{a} seed {s}" for a in arms for s in SEEDS if s not in done[a]])
     if not holds:
         claim.diagnostics = [diagnose(table, tier, arm, s) for arm in arms for s in seeds]
     return claim

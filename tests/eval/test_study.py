@@ -317,6 +317,9 @@ def test_a_seed_without_a_value_or_a_full_window_holds_no_claim(tmp_path):
     record(tmp_path, "T2", "awa_attempt", 1, refusal=0.5, all_abstain=[1.0] * 50 + [0.0] * 5, batches=55)
     found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
     assert found["T2a"].holds is False and found["T2a"].seeds == [0, 1, 2]
+    (arm_folder(tmp_path, "T2", "static_0.5", 1) / "result.json").unlink()
+    partial = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}["T2a"]
+    assert partial.verdict == "no (seeds 0,2 only; not run: static_0.5 seed 1)"
     [unmeasured] = [t for t in found["T2a"].tests if not t.holds]
     assert unmeasured.name.startswith("awa_g0.5") and unmeasured.rule.startswith("no value at seed(s) [2]")
     assert found["T2c"].holds is False
@@ -391,7 +394,8 @@ def test_plan_resumes_and_aggregate_works_on_a_partial_study(tmp_path):
     todo = plan(tmp_path, list(TIERS), SEEDS)
     assert ("T1", "awa_g0.5", 0) not in todo and ("T1", "awa_g0.5", 1) in todo and ("T1", "ternary", 0) in todo
     found = {c.number: c for c in claims(aggregate(load_runs(tmp_path)))}
-    assert found["1"].holds and found["1"].verdict == "yes (seeds 0 only)"
+    assert found["1"].holds and found["1"].verdict == \
+        "yes (seeds 0 only; not run: static_0.5 seed 1, static_0.5 seed 2, awa_g0.5 seed 1, awa_g0.5 seed 2)"
     assert found["5"].holds is None and found["5"].verdict == "not measured"
     assert found["2"].command.startswith("OMP_NUM_THREADS=1 python scripts/fidelity.py run --tier T1 --seeds 0 1 2")
     table = aggregate(load_runs(tmp_path))
