@@ -120,24 +120,28 @@ class Claim:
             (f"; not run: {', '.join(self.unrun)})" if self.unrun else ")")
 
 
+def _finished(table: dict[str, Any], tier: str, arm: str) -> set[int]:
+    """The seeds ``arm`` finished in ``tier``."""
+    return set(((table.get(tier) or {}).get(arm) or {}).get("seeds", []))
+
+
 def _paired(table: dict[str, Any], tier: str, arms: Sequence[str]) -> list[int]:
     """The seeds every one of ``arms`` finished in ``tier`` (the pairs a comparison may use)."""
-    sets = [set(((table.get(tier) or {}).get(a) or {}).get("seeds", [])) for a in arms]
+    sets = [_finished(table, tier, a) for a in arms]
     return sorted(set.intersection(*sets)) if sets else []
 
 
 def _claim(number: str, text: str, tier: str, table: dict[str, Any], arms: Sequence[str],
            build: Callable[[list[int]], tuple[list[Criterion], dict[str, Any]]]) -> Claim:
     seeds = _paired(table, tier, arms)
-    missing = [a for a in arms if not ((table.get(tier) or {}).get(a) or {}).get("seeds")]
+    missing = [a for a in arms if not _finished(table, tier, a)]
     if not seeds:
         return Claim(number, text, tier, None, missing=missing or list(arms), arms=list(arms))
     tests, numbers = build(seeds)
     _every_seed(tests, seeds)
     holds = all(t.holds for t in tests)
-    done = {a: set(((table.get(tier) or {}).get(a) or {}).get("seeds", [])) for a in arms}
     claim = Claim(number, text, tier, holds, tests, seeds, numbers, missing=missing, arms=list(arms),
-                  unrun=[f"{a} seed {s}" for a in arms for s in SEEDS if s not in done[a]])
+                  unrun=[f"{a} seed {s}" for a in arms for s in SEEDS if s not in _finished(table, tier, a)])
     if not holds:
         claim.diagnostics = [diagnose(table, tier, arm, s) for arm in arms for s in seeds]
     return claim
