@@ -129,7 +129,14 @@ def run(out: Path, tiers: list[str], seeds: list[int], arms: list[str] | None, r
         common = ["--out", str(out), "--recipe", str(recipe), "--tier", tier]
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             needed = sorted({s for _, _, s in todo})
-            failed += sum(pool.map(lambda s: _spawn([*common, "--seed", str(s), "--arm", "base"]) != 0, needed))
+            codes = dict(zip(needed, pool.map(lambda s: _spawn([*common, "--seed", str(s), "--arm", "base"]), needed)))
+        for seed, code in codes.items():
+            if code != 0:
+                # e.g. another `run` is building the same base: an arm must not start from a half-built one
+                print(f"!! {tier} seed {seed}: its base did not finish (exit {code}; the job's output above says why); "
+                      f"its arms are not run. Rerun to resume it.", flush=True)
+                failed += 1
+                todo = [t for t in todo if t[2] != seed]
         limit = TIERS[tier].max_mean_p
         if limit is not None:
             for seed in [s for s in sorted({s for _, _, s in todo}) if base_folder(out, tier, s).exists()]:

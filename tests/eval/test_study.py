@@ -556,3 +556,26 @@ def test_a_yardstick_that_learns_nothing_keeps_the_other_arms_off_its_seed(tmp_p
     assert study.yardstick_failures(run) == [] and (run.tier, run.arm, run.seed) == ("T2", "none", 0)
     short = study.Run("T2", "none", 0, run.result, run.batches[:12])
     assert study.yardstick_failures(short) == ["12 generation batches logged accuracy, fewer than 30"]
+
+
+def test_a_base_that_does_not_finish_runs_no_arm_at_its_seed(tmp_path, monkeypatch, capsys, load_script):
+    """A base job that fails (a crash, or another `run` writing the same base) keeps its seed's arms from starting
+    on a half-built base; the other seeds go on, and the runner's exit code says something failed."""
+    fid = load_script("fidelity")
+    calls = []
+
+    def job(args):
+        arm, seed = args[args.index("--arm") + 1], int(args[args.index("--seed") + 1])
+        calls.append((arm, seed))
+        if arm == "base":
+            if seed == 1:
+                return 1
+            study.base_folder(tmp_path, "T1", seed).mkdir(parents=True)
+        else:
+            record(tmp_path, "T1", arm, seed)
+        return 0
+
+    monkeypatch.setattr(fid, "_spawn", job)
+    assert fid.run(tmp_path, ["T1"], [0, 1], ["none", "static_0.5"], fid.RECIPE, jobs=1) == 1
+    assert sorted(c for c in calls if c[0] != "base") == [("none", 0), ("static_0.5", 0)]
+    assert "T1 seed 1: its base did not finish (exit 1" in capsys.readouterr().out
