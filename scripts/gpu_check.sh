@@ -3,7 +3,7 @@
 #
 #   bash scripts/gpu_check.sh            # results (logs, tables, timings) go to $OUT (default runs/gpu_check)
 #
-#   1. Training on CUDA in bf16 (world v2 and controller issues): `awarl demo --quick` with SFT, p_i
+#   1. Training on CUDA in bf16 (the world v2 demo and the controller): `awarl demo --quick` with SFT, p_i
 #      (the probe rounds), GRPO and the evaluation on the GPU; its stage times and per-step times
 #      (steps.txt) sit beside the CPU ones of docs/benchmarks.md.
 #   2. The chatbot's generation on CUDA in bf16 (default-product issue): `scripts/bench_chat.py --agent`

@@ -31,7 +31,7 @@ GROUPS = ("answerable, no namesake", "answerable, namesakes", "unanswerable, mis
 """The kinds of held-out question the table has a row for (`group_of`)."""
 VALID_BADGES = ("VALID", "VALID_GIVEN_YOUR_STATEMENT")
 TARGET_RIGHT_FIRST_VALID = 0.9
-"""Share of right first answers served VALID that the issue sets for questions without namesakes."""
+"""Share of right first answers served VALID that the chatbot is held to for questions without namesakes."""
 
 
 def group_of(q: Question) -> str:

@@ -136,7 +136,7 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
     # past the reading and id-copying steps), so its weakness is set by a share and not by where SFT stops. The
     # lower learning rates tried before (5e-4, 2.5e-4) gave a base weak at one seed and not the next, then a
     # guesser whose `none` arm learned nothing (docs/fidelity.md, "T2's base"); chosen before any arm ran on it.
-    Tier("T2", "world v2, a weak base (mean p_i <= 0.2): the controller's guards (issue 21)",
+    Tier("T2", "world v2, a weak base (mean p_i <= 0.2): the controller's guards",
          ("sft.args.max_steps=2400", "warm_start.misread_share=0.75"), 600, (
              Arm("none", reward(kind="none"), "what RL can teach this base (the yardstick of adaptive p_i); runs first"),
              Arm("static_0.5", reward(kind="static", static_reward=0.5), "collapses from a weak base"),

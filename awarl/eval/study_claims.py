@@ -367,7 +367,7 @@ def claim_windup(table: dict[str, Any], guarded: str = "awa_g0.5", number: str =
 
 
 def claims(table: dict[str, Any]) -> list[Claim]:
-    """Claims 1-5 (issue 20), the weak-base claims and the anti-windup claims W / Wb (issue 21); the floored,
+    """Claims 1-5, the weak-base claims T2a-T2d and the anti-windup claims W / Wb; the floored,
     anti-windup AWA's plateau on the medium base is claim 2 (T1's AWA arms name both guards on). Claims 1-4
     are checked again on T1r's world (numbered 1r-4r), with the same thresholds."""
     again = [claim(table, tier, f"{n}{tier.removeprefix('T1')}") for tier in CLAIM_TIERS if tier != "T1"

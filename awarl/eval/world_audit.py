@@ -3,7 +3,7 @@
 A world is a fair test of AWA-RL only if nothing cheap solves its held-out split and its ceilings
 are what world.json says. Each check runs the real search tool: the BM25 index the pipeline
 builds over the world's corpus and `SearchEnv` with the world's noise (``world_noise``), so what
-is measured is what p_i, GRPO and evaluation see. Checks (bounds of issue 20, recorded in
+is measured is what p_i, GRPO and evaluation see. Checks (the study's bounds, recorded in
 docs/fidelity.md, World v2):
 
 - ``lookup``: a table from the SFT questions (first-hop city -> SFT answer, else the commonest SFT
@@ -45,7 +45,7 @@ from awarl.protocol import ABSTAIN_PHRASE, parse_results
 
 _LINK = re.compile(r"^(\w+) is a city in the country (\w+)\.$")
 _PERSON = re.compile(r" (?:was born in|lives in|visited) (\w+)\b")
-MIDDLE = (0.2, 0.5)  # a base's middle band of p_i (issue 20: >= 20% of its answerable questions in it)
+MIDDLE = (0.2, 0.5)  # a base's middle band of p_i (the study's bound: >= 20% of its answerable questions in it)
 
 
 @dataclass(frozen=True)
@@ -344,7 +344,7 @@ MIDDLE_SHARE = f"share p in ({MIDDLE[0]}, {MIDDLE[1]})"
 
 
 def base_spread(p_file: str | Path, world_json: str | Path) -> Audit:
-    """The preconditions of a warm start (issue 20, "a base with spread"), from its p_i estimate
+    """The preconditions of a warm start (docs/fidelity.md, "The base with spread"), from its p_i estimate
     (``awarl capability estimate`` output, one row per question with ``p``) and the world.json the
     questions come from (``u`` per question): on the answerable questions, at least 25% at p <= 0.2,
     25% at p >= 0.6 and 20% in (0.2, 0.5), and Spearman(p_i, u) >= 0.5, so the base is graded by
