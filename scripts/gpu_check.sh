@@ -3,9 +3,10 @@
 #
 #   bash scripts/gpu_check.sh            # results (logs, tables, timings) go to $OUT (default runs/gpu_check)
 #
-#   1. Training on CUDA in bf16 (the world v2 demo and the controller): `awarl demo --quick` with SFT, p_i
-#      (the probe rounds), GRPO and the evaluation on the GPU; its stage times and per-step times
-#      (steps.txt) sit beside the CPU ones of docs/benchmarks.md.
+#   1. Training on CUDA in bf16 (the world v2 demo and the controller): `awarl demo --quick` with SFT, p_i,
+#      GRPO and the evaluation on the GPU, plus a third arm with adaptive p_i (a forced-answer probe of 64
+#      questions x 4 every 2 generation batches: 3 probe rounds); its stage times, per-step times and probe
+#      rounds (steps.txt) sit beside the CPU ones of docs/benchmarks.md.
 #   2. The chatbot's generation on CUDA in bf16 (default-product issue): `scripts/bench_chat.py --agent`
 #      with that demo's agent, 50 threads at once, one generation at a time against batched (chat.log).
 #
@@ -40,7 +41,8 @@ EOF
 t0=$(date +%s)
 timeout "${DEMO_TIMEOUT:-360}" $PY -m awarl.cli demo --quick --out "$WORK/demo" --no-progress \
   --set sft.args.use_cpu=false --set sft.args.bf16=true --set grpo.use_cpu=false --set grpo.bf16=true \
-  --set capability.device=cuda 2>&1 | tee "$OUT/demo.log"
+  --set capability.device=cuda \
+  --set 'arms.adaptive={"reward": {"kind": "awa", "adaptive_p": true, "adaptive_p_every": 2}}' 2>&1 | tee "$OUT/demo.log"
 echo "demo rc=${PIPESTATUS[0]} wall=$(( $(date +%s) - t0 )) s" | tee -a "$OUT/demo.log"
 cp "$WORK/demo/timings.json" "$WORK/demo/metrics.json" "$OUT/" 2>/dev/null
 cp "$WORK/demo/report/report.md" "$OUT/demo_report.md" 2>/dev/null
@@ -57,8 +59,16 @@ n = sum(1 for s in ("rl", "eval") for _ in open(demo / "data" / s / "records.jso
 k = r["capability.k"]
 print(f"p_i: {t['p_i']:.1f} s for {n} questions x K={k}, {t['p_i'] / (n * k) * 1000:.1f} ms per rollout")
 g = next(v for key, v in t.items() if key.startswith("grpo"))
-print(f"GRPO: {g / r['grpo.max_steps']:.3f} s per optimizer step, both arms at once ({r['grpo.max_steps']} steps each, "
-      f"{r['grpo.per_device_train_batch_size']} rollouts per step)")
+arms = sorted({key.split(".")[1] for key in r if key.startswith("arms.")})
+print(f"GRPO: {g / r['grpo.max_steps']:.3f} s per optimizer step, {len(arms)} arms at once ({', '.join(arms)}; "
+      f"{r['grpo.max_steps']} steps each, {r['grpo.per_device_train_batch_size']} rollouts per step)")
+probe = demo / "grpo" / "adaptive" / "adaptive_p.jsonl"
+rounds = [json.loads(line) for line in probe.read_text().splitlines() if line.strip()] if probe.exists() else []
+for row in rounds:
+    print(f"probe round {row['round']} (after step {row['step']}): {row['seconds']:.2f} s for {row['rollouts']} forced-answer "
+          f"rollouts ({row['seconds'] / max(row['rollouts'], 1) * 1000:.1f} ms each), {len(row['raised'])} p_i raised")
+if not rounds:
+    print(f"no probe round logged ({probe} missing)")
 EOF
 
 # 2. The chatbot's generation with the demo's agent, one at a time against batched.
