@@ -497,6 +497,22 @@ def test_claim_3_carries_the_question_level_paired_bootstrap_where_evaluations_e
 LEARNS = [0.15] * 10 + [0.2] * 20 + [0.3] * 20   # batch accuracy: +0.15 from the first 10 batches to the last 20
 
 
+def recording_jobs(tmp_path, tier, calls, arm_result=None, failing_bases=()):
+    """A stand-in for `scripts/fidelity.py`'s `_spawn`: records (arm, seed), makes the base folder (or exits 1 for
+    a seed of ``failing_bases``) and writes an arm's result with ``arm_result(arm, seed)``."""
+    def job(args):
+        arm, seed = args[args.index("--arm") + 1], int(args[args.index("--seed") + 1])
+        calls.append((arm, seed))
+        if arm == "base":
+            if seed in failing_bases:
+                return 1
+            study.base_folder(tmp_path, tier, seed).mkdir(parents=True)
+        else:
+            (arm_result or (lambda a, s: record(tmp_path, tier, a, s)))(arm, seed)
+        return 0
+    return job
+
+
 def test_run_builds_the_bases_first_and_skips_a_base_that_misses_its_precondition(tmp_path, monkeypatch, capsys,
                                                                                  load_script):
     """The scheduling of `scripts/fidelity.py run` (the jobs themselves train, so here they only record):
@@ -504,17 +520,8 @@ def test_run_builds_the_bases_first_and_skips_a_base_that_misses_its_preconditio
     yardstick (`none`) runs before the other arms at every seed."""
     fid = load_script("fidelity")
     calls = []
-
-    def job(args):
-        arm, seed = args[args.index("--arm") + 1], int(args[args.index("--seed") + 1])
-        calls.append((arm, seed))
-        if arm == "base":
-            study.base_folder(tmp_path, "T2", seed).mkdir(parents=True)
-        else:
-            record(tmp_path, "T2", arm, seed, batches=len(LEARNS), accuracy=LEARNS, greedy={"unparsable": 0.0})
-        return 0
-
-    monkeypatch.setattr(fid, "_spawn", job)
+    monkeypatch.setattr(fid, "_spawn", recording_jobs(tmp_path, "T2", calls, lambda arm, seed: record(
+        tmp_path, "T2", arm, seed, batches=len(LEARNS), accuracy=LEARNS, greedy={"unparsable": 0.0})))
     monkeypatch.setattr(fid, "base_mean_p", lambda out, tier, seed: {0: 0.12, 1: 0.35, 2: 0.15}[seed])
     record(tmp_path, "T2", "none", 0, batches=len(LEARNS), accuracy=LEARNS, greedy={"unparsable": 0.0})  # finished: skipped
     assert fid.run(tmp_path, ["T2"], [0, 1, 2], None, fid.RECIPE, jobs=2) == 0
@@ -532,19 +539,14 @@ def test_a_yardstick_that_learns_nothing_keeps_the_other_arms_off_its_seed(tmp_p
     calls = []
     flat = [0.2] * len(LEARNS)
 
-    def job(args):
-        arm, seed = args[args.index("--arm") + 1], int(args[args.index("--seed") + 1])
-        calls.append((arm, seed))
-        if arm == "base":
-            study.base_folder(tmp_path, "T2", seed).mkdir(parents=True)
-        elif arm == "none":
+    def result(arm, seed):
+        if arm == "none":
             record(tmp_path, "T2", arm, seed, batches=len(LEARNS), accuracy=LEARNS if seed == 0 else flat,
                    greedy={"unparsable": 0.0 if seed != 2 else 0.9})
         else:
             record(tmp_path, "T2", arm, seed)
-        return 0
 
-    monkeypatch.setattr(fid, "_spawn", job)
+    monkeypatch.setattr(fid, "_spawn", recording_jobs(tmp_path, "T2", calls, result))
     monkeypatch.setattr(fid, "base_mean_p", lambda out, tier, seed: 0.1)
     assert fid.run(tmp_path, ["T2"], [0, 1, 2], None, fid.RECIPE, jobs=1) == 0
     assert {s for a, s in calls if a not in ("base", "none")} == {0}
@@ -563,19 +565,7 @@ def test_a_base_that_does_not_finish_runs_no_arm_at_its_seed(tmp_path, monkeypat
     on a half-built base; the other seeds go on, and the runner's exit code says something failed."""
     fid = load_script("fidelity")
     calls = []
-
-    def job(args):
-        arm, seed = args[args.index("--arm") + 1], int(args[args.index("--seed") + 1])
-        calls.append((arm, seed))
-        if arm == "base":
-            if seed == 1:
-                return 1
-            study.base_folder(tmp_path, "T1", seed).mkdir(parents=True)
-        else:
-            record(tmp_path, "T1", arm, seed)
-        return 0
-
-    monkeypatch.setattr(fid, "_spawn", job)
+    monkeypatch.setattr(fid, "_spawn", recording_jobs(tmp_path, "T1", calls, failing_bases=(1,)))
     assert fid.run(tmp_path, ["T1"], [0, 1], ["none", "static_0.5"], fid.RECIPE, jobs=1) == 1
     assert sorted(c for c in calls if c[0] != "base") == [("none", 0), ("static_0.5", 0)]
     assert "T1 seed 1: its base did not finish (exit 1" in capsys.readouterr().out
