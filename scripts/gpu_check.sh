@@ -4,10 +4,10 @@
 #   bash scripts/gpu_check.sh            # results (logs, tables, timings) go to $OUT (default runs/gpu_check)
 #
 #   1. Training on CUDA in bf16 (the world v2 demo and the controller): `awarl demo --quick` with SFT, p_i,
-#      GRPO and the evaluation on the GPU, plus a third arm with adaptive p_i (a forced-answer probe of 64
-#      questions x 4 every 2 generation batches: 3 probe rounds); its stage times, per-step times and probe
+#      GRPO and the evaluation on the GPU, plus a third arm with adaptive p_i (a forced-answer probe of 32
+#      questions x 4 every 3 generation batches: 2 probe rounds); its stage times, per-step times and probe
 #      rounds (steps.txt) sit beside the CPU ones of docs/benchmarks.md.
-#   2. The chatbot's generation on CUDA in bf16 (default-product issue): `scripts/bench_chat.py --agent`
+#   2. The chatbot's generation on CUDA in bf16 (the chat's default product): `scripts/bench_chat.py --agent`
 #      with that demo's agent, 50 threads at once, one generation at a time against batched (chat.log).
 #
 # Python packages the GPU machine lacks (trl, datasets, bm25s, z3-solver, fastapi, ...) travel as wheels
@@ -39,10 +39,10 @@ EOF
 
 # 1. The quick demo with every stage on the GPU in bf16.
 t0=$(date +%s)
-timeout "${DEMO_TIMEOUT:-360}" $PY -m awarl.cli demo --quick --out "$WORK/demo" --no-progress \
+timeout "${DEMO_TIMEOUT:-420}" $PY -m awarl.cli demo --quick --out "$WORK/demo" --no-progress \
   --set sft.args.use_cpu=false --set sft.args.bf16=true --set grpo.use_cpu=false --set grpo.bf16=true \
   --set capability.device=cuda \
-  --set 'arms.adaptive={"reward": {"kind": "awa", "adaptive_p": true, "adaptive_p_every": 2}}' 2>&1 | tee "$OUT/demo.log"
+  --set 'arms.adaptive={"reward": {"kind": "awa", "adaptive_p": true, "adaptive_p_every": 3, "adaptive_p_questions": 32}}' 2>&1 | tee "$OUT/demo.log"
 echo "demo rc=${PIPESTATUS[0]} wall=$(( $(date +%s) - t0 )) s" | tee -a "$OUT/demo.log"
 cp "$WORK/demo/timings.json" "$WORK/demo/metrics.json" "$OUT/" 2>/dev/null
 cp "$WORK/demo/report/report.md" "$OUT/demo_report.md" 2>/dev/null
@@ -73,7 +73,7 @@ EOF
 
 # 2. The chatbot's generation with the demo's agent, one at a time against batched.
 if [ -f "$WORK/demo/demo.json" ]; then
-  timeout "${CHAT_TIMEOUT:-180}" $PY scripts/bench_chat.py --agent --demo "$WORK/demo" --device cuda --agent-threads 50 \
+  timeout "${CHAT_TIMEOUT:-150}" $PY scripts/bench_chat.py --agent --demo "$WORK/demo" --device cuda --agent-threads 50 \
     2>&1 | grep -v "Warning\|warn(" | tee "$OUT/chat.log"
   echo "bench_chat rc=${PIPESTATUS[0]}" | tee -a "$OUT/chat.log"
 else
