@@ -134,14 +134,15 @@ def _paired(table: dict[str, Any], tier: str, arms: Sequence[str]) -> list[int]:
 def _claim(number: str, text: str, tier: str, table: dict[str, Any], arms: Sequence[str],
            build: Callable[[list[int]], tuple[list[Criterion], dict[str, Any]]]) -> Claim:
     seeds = _paired(table, tier, arms)
-    missing = [a for a in arms if not _finished(table, tier, a)]
+    done = {a: _finished(table, tier, a) for a in arms}
+    missing = [a for a in arms if not done[a]]
     if not seeds:
         return Claim(number, text, tier, None, missing=missing or list(arms), arms=list(arms))
     tests, numbers = build(seeds)
     _every_seed(tests, seeds)
     holds = all(t.holds for t in tests)
     claim = Claim(number, text, tier, holds, tests, seeds, numbers, missing=missing, arms=list(arms),
-                  unrun=[f"{a} seed {s}" for a in arms for s in SEEDS if s not in _finished(table, tier, a)])
+                  unrun=[f"{a} seed {s}" for a in arms for s in SEEDS if s not in done[a]])
     if not holds:
         claim.diagnostics = [diagnose(table, tier, arm, s) for arm in arms for s in seeds]
     return claim
