@@ -183,13 +183,34 @@ def caller(request: Request) -> Caller:
     return Caller(request.app.state.manager, auth, auth.principal(request.headers.get("authorization")), request)
 
 
+# The credential checks are dependencies, so FastAPI runs them before it validates a route's path, query and
+# body: a caller without the right token gets 401 / 403 whatever it sent, never a 422 describing the route.
+def anyone(c: Caller = Depends(caller)) -> Caller:
+    c.auth.require_any(c.who)
+    return c
+
+
+def staff(c: Caller = Depends(caller)) -> Caller:
+    c.auth.require_staff(c.who)
+    return c
+
+
+def admin(c: Caller = Depends(caller)) -> Caller:
+    c.auth.require_admin(c.who)
+    return c
+
+
+def thread_reader(thread_id: str, c: Caller = Depends(caller)) -> Caller:
+    c.may_read(thread_id)
+    return c
+
+
 router = APIRouter(prefix="/api")
 
 
 # -- threads ---------------------------------------------------------------------------------------
 @router.post("/chat", summary="Ask a question (or check a given answer); returns the thread id and its token")
-def chat(body: ChatRequest, c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_any(c.who)
+def chat(body: ChatRequest, c: Caller = Depends(anyone)) -> dict[str, Any]:
     t, token = c.manager.submit_with_token(body.prompt, body.answer)
     return {"thread_id": t.id, "status": t.status.value, "token": token}
 
@@ -206,8 +227,7 @@ async def thread(thread_id: str, c: Caller = Depends(caller)) -> Response:
 
 
 @router.get("/threads", summary="Threads, newest first (summaries)")
-def threads(limit: int = 50, status: str | None = None, c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_staff(c.who)
+def threads(limit: int = 50, status: str | None = None, c: Caller = Depends(staff)) -> dict[str, Any]:
     if not 1 <= limit <= 1000:
         raise Invalid("bad_limit", f"limit must be in [1, 1000], got {limit}")
     if status is not None and status not in ("PROCESSING", "AWAITING_INPUT", "COMPLETED", "ERROR"):
@@ -216,42 +236,36 @@ def threads(limit: int = 50, status: str | None = None, c: Caller = Depends(call
 
 
 @router.post("/thread/{thread_id}/answer", summary="Answer (or skip) the thread's clarifying questions")
-def answer(thread_id: str, body: AnswerRequest, c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.may_read(thread_id)
+def answer(thread_id: str, body: AnswerRequest, c: Caller = Depends(thread_reader)) -> dict[str, Any]:
     t = c.manager.answer(thread_id, body.answers, body.skipped)
     return {"thread_id": t.id, "status": t.status.value}
 
 
 # -- config and policies ---------------------------------------------------------------------------
 @router.get("/config", summary="Generator, policy, max iterations, mode")
-def get_config(c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_any(c.who)
+def get_config(c: Caller = Depends(anyone)) -> dict[str, Any]:
     return c.manager.config()
 
 
 @router.post("/config", summary="Change generator (within the allow-list), policy or max iterations (admin)")
-def set_config(body: ConfigRequest, c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_admin(c.who)
+def set_config(body: ConfigRequest, c: Caller = Depends(admin)) -> dict[str, Any]:
     generator = body.generator if "generator" in body.model_fields_set else UNSET
     return c.manager.set_config(generator=generator, policy=body.policy, max_iterations=body.max_iterations)
 
 
 @router.get("/config/policies", summary="The policies this server can check against")
-def policies(c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_any(c.who)
+def policies(c: Caller = Depends(anyone)) -> dict[str, Any]:
     return {"policies": c.manager.policies()}
 
 
 @router.get("/policy/{name}/tests", summary="A policy's tests; ?run=true runs them")
-def policy_tests(name: str, run: bool = False, c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_any(c.who)
+def policy_tests(name: str, run: bool = False, c: Caller = Depends(anyone)) -> dict[str, Any]:
     return c.manager.policy_tests(name, run)
 
 
 # -- reviews ---------------------------------------------------------------------------------------
 @router.get("/reviews", summary="The review queue (reviewers and the admin)")
-def reviews(status: str | None = None, c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_staff(c.who)
+def reviews(status: str | None = None, c: Caller = Depends(staff)) -> dict[str, Any]:
     return {"reviews": [{**r, "thread": _served(c.manager, r["thread_id"])} for r in c.manager.reviews(status)]}
 
 
@@ -265,21 +279,18 @@ def _served(manager: ThreadManager, thread_id: str | None) -> dict[str, Any] | N
 
 
 @router.post("/reviews/{review_id}", summary="Decide a review (reviewers and the admin); recorded under the caller's name")
-def decide(review_id: int, body: ReviewRequest, c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_staff(c.who)
+def decide(review_id: int, body: ReviewRequest, c: Caller = Depends(staff)) -> dict[str, Any]:
     return {"review": c.manager.decide(review_id, body.verdict, body.correction, reviewer=c.who.name,
                                        override=body.override, reason=body.reason)}
 
 
 @router.get("/corrections", summary="The corrections on record (quoted to the model as data)")
-def corrections(c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_any(c.who)
+def corrections(c: Caller = Depends(anyone)) -> dict[str, Any]:
     return {"corrections": c.manager.corrections.records()}
 
 
 @router.get("/health", summary="Mode, the database's state, thread counts")
-def health(c: Caller = Depends(caller)) -> dict[str, Any]:
-    c.auth.require_any(c.who)
+def health(c: Caller = Depends(anyone)) -> dict[str, Any]:
     return c.manager.health()
 
 

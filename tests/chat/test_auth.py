@@ -110,6 +110,25 @@ def test_review_decisions_need_a_reviewer_and_record_the_name(loopback, tmp_path
     assert (c["reviewer"], c["thread_id"], c["sentence_marked_wrong"]) == ("alice", tid, "You get 10% off.")
 
 
+def test_a_caller_without_the_token_learns_nothing_from_a_malformed_request(loopback, tmp_path):
+    """The credential is checked before the request's shape: an anonymous write with a bad path, query or body
+    is 401 / 403, never a 422 that describes the route's fields."""
+    envelope(loopback.post("/api/reviews/x", json={}), 401, "reviewer_required")
+    envelope(loopback.post("/api/config", json={"max_iterations": "many"}), 401, "admin_required")
+    envelope(loopback.get("/api/threads", params={"limit": "all"}), 401, "reviewer_required")
+    envelope(loopback.get("/api/reviews", params={"status": 7}), 401, "reviewer_required")
+    tid = loopback.post("/api/chat", json={"prompt": "What discount does a gold member get?"}).json()["thread_id"]
+    envelope(loopback.post(f"/api/thread/{tid}/answer", json={"answers": 3}, headers={"X-Thread-Token": "wrong"}),
+             403, "bad_thread_token")
+    (tmp_path / "exposed").mkdir()
+    app = app_for(tmp_path / "exposed", host="0.0.0.0", allowed_hosts=["chat.example"])
+    with TestClient(app, base_url="http://chat.example") as exposed:
+        envelope(exposed.post("/api/chat", json={}), 401, "token_required")
+        envelope(exposed.get("/api/policy/pricing/tests", params={"run": "maybe"}), 401, "token_required")
+    # with the token, the same malformed request is a 422 naming the field
+    assert loopback.post("/api/config", json={"max_iterations": "many"}, headers=ADMIN_HEADERS).status_code == 422
+
+
 def test_on_loopback_asking_and_reading_a_thread_stay_open(loopback):
     r = loopback.post("/api/chat", json={"prompt": GOLD_80, "answer": "You get 10% off."})
     assert r.status_code == 200 and len(r.json()["token"]) >= 24
