@@ -215,9 +215,9 @@ def read_batches(path: Path) -> list[dict[str, float]]:
     batches = []
     for step in sorted(by_step):
         row = by_step[step]
-        if isinstance(row.get(BATCH_KEYS["refusal"]), (int, float)):
+        if _finite(row.get(BATCH_KEYS["refusal"])):
             batches.append({"step": step, **{k: float(row[key]) for k, key in BATCH_KEYS.items()
-                                             if isinstance(row.get(key), (int, float))}})
+                                             if _finite(row.get(key))}})
     return batches
 
 
@@ -296,14 +296,18 @@ class Run:
     folder: Path | None = None
 
     def late(self, key: str) -> float | None:
+        """The mean of ``key`` over the last `LATE` batches; None when fewer logged it (a run stopped early is
+        not late yet, and a claim then says "no value at seed …")."""
+        if sum(key in b for b in self.batches) < LATE:
+            return None
         return late(self.batches, key)
 
     def metric(self, key: str, mode: str = "greedy") -> float | None:
         """A held-out metric: ``greedy``, or ``sampled`` (the mean over the sampled evaluations)."""
         if mode == "greedy":
             value = (self.result.get("greedy") or {}).get(key)
-            return float(value) if isinstance(value, (int, float)) else None
-        values = [s[key] for s in self.result.get("sampled") or [] if isinstance(s.get(key), (int, float))]
+            return float(value) if _finite(value) else None
+        values = [s[key] for s in self.result.get("sampled") or [] if _finite(s.get(key))]
         return statistics.fmean(values) if values else None
 
     @property
@@ -453,9 +457,15 @@ def per_seed(table: dict[str, Any], tier: str, arm: str, path: str) -> dict[int,
         value: Any = summary
         for part in path.split("."):
             value = value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, (int, float)):
+        if _finite(value):
             out[seed] = float(value)
     return out
+
+
+def _finite(value: Any) -> bool:
+    """A logged or recorded number the study can use: a NaN or infinity (a metric of an empty set, a diverged
+    run) counts as missing, so a claim says "no value at seed …" instead of comparing with it."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def question_level(a: Run, b: Run, samples: int = 1000) -> dict[str, dict[str, Any]] | None:

@@ -36,6 +36,8 @@ GUARD_GAP = 0.1         # W1: the guarded AWA's |late batch refusal - late targe
 RECOVERY_MAX = 10      # W2: P_t back to >= 0 at most this many generation batches after the error turns
 WINDUP_P = -0.5        # W3: the unguarded controller winds up if its lowest P_t is at most this (or misses W1's gap)
 GAMMAS = (("awa_g0.2", 0.2), ("awa_g0.5", 0.5), ("awa_g1.0", 1.0))
+MARGIN_DIGITS = 9       # margins are compared rounded to this many decimals: a tie is a tie, not float noise
+MIN_SEEDS_FOR_SE = 4    # below this the 2-SE branch cannot rescue a failing seed, so it is not tried
 
 
 @dataclass
@@ -54,9 +56,11 @@ class Criterion:
 
 def paired_seed_rule(margins: dict[int, float], strict: bool = False) -> tuple[bool, str]:
     """Holds at every seed (margin ≥ 0, or > 0 when ``strict``), or the mean margin exceeds 2 standard
-    errors of the mean (sd / √n, n ≥ 2 seeds). With 2 or 3 seeds the second branch never rescues a seed
-    that fails (mean / SE is at most 2 when one margin is ≤ 0: (1, 1, 0) gives exactly 2), so there the
-    rule is "at every seed"; from 4 seeds on one seed may miss.
+    errors of the mean (sd / √n) over at least `MIN_SEEDS_FOR_SE` seeds. With 2 or 3 seeds the second branch
+    could never rescue a seed that fails (mean / SE is at most 2 when one margin is ≤ 0: (1, 1, 0) gives
+    exactly 2, which floating point may round either way), so there the rule is "at every seed"; from 4
+    seeds on one seed may miss. Margins are compared rounded to `MARGIN_DIGITS` decimals, so a number
+    exactly at its threshold meets a "≥" and fails a ">" whatever the float arithmetic left.
 
     >>> paired_seed_rule({0: 0.02, 1: 0.01, 2: 0.03})[0]
     True
@@ -64,19 +68,24 @@ def paired_seed_rule(margins: dict[int, float], strict: bool = False) -> tuple[b
     False
     >>> paired_seed_rule({0: 0.30, 1: 0.30, 2: 0.30, 3: -0.01})   # 4 seeds: the mean is beyond 2 SE
     (True, 'mean margin 0.223 > 2 SE (0.155)')
+    >>> paired_seed_rule({0: (0.2515625 - 0.1515625) - 0.1})[0]   # exactly at the bound: -2.8e-17 before rounding
+    True
     """
     if not margins:
         return False, "no seeds"
-    ok = [m > 0 if strict else m >= 0 for m in margins.values()]
+    values = [round(m, MARGIN_DIGITS) for m in margins.values()]
+    ok = [m > 0 if strict else m >= 0 for m in values]
     if all(ok):
         return True, f"at every seed ({len(ok)})"
-    values = list(margins.values())
-    if len(values) >= 2:
-        mean, se = statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
-        if mean > 2 * se:
-            return True, f"mean margin {mean:.3f} > 2 SE ({2 * se:.3f})"
-        return False, f"fails at seed(s) {[s for s, o in zip(margins, ok) if not o]}; mean margin {mean:.3f} <= 2 SE ({2 * se:.3f})"
-    return False, f"fails at seed(s) {[s for s, o in zip(margins, ok) if not o]}"
+    failing = f"fails at seed(s) {[s for s, o in zip(margins, ok) if not o]}"
+    if len(values) < 2:
+        return False, failing
+    mean, se = statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
+    if len(values) < MIN_SEEDS_FOR_SE:
+        return False, f"{failing}; mean margin {mean:.3f}"
+    if round(mean - 2 * se, MARGIN_DIGITS) > 0:
+        return True, f"mean margin {mean:.3f} > 2 SE ({2 * se:.3f})"
+    return False, f"{failing}; mean margin {mean:.3f} <= 2 SE ({2 * se:.3f})"
 
 
 def seed_test(name: str, margins: dict[int, float], strict: bool = False) -> Criterion:
@@ -237,16 +246,27 @@ def claim_unpredictable(table: dict[str, Any], tier: str = "T1", number: str = "
     def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
         dm, awa = (_at(table, tier, a, "late.refusal", seeds) for a in ("data_manip", "awa_g0.5"))
         share = _at(table, tier, "data_manip", "unanswerable_share", seeds)
+        numbers = {"data_manip late refusal": dm, "awa_g0.5 late refusal": awa, "unanswerable share": share}
+        # a spread over the seeds that happened to log a value is not the spread over the claim's seeds
+        unmeasured = {name: [s for s in seeds if s not in values] for name, values in numbers.items()}
+        unmeasured = {name: missing for name, missing in unmeasured.items() if missing}
+        if unmeasured:
+            return [Criterion("a value at every paired seed", False,
+                              rule="; ".join(f"no {name} at seed(s) {missing}" for name, missing in unmeasured.items()))], \
+                numbers
         spread_dm, spread_awa = max(dm.values()) - min(dm.values()), max(awa.values()) - min(awa.values())
-        away = {s: abs(dm[s] - share[s]) for s in dm if s in share}
-        unpredictable = spread_dm >= DM_SPREAD or any(v >= DM_AWAY for v in away.values())
+        away = {s: abs(dm[s] - share[s]) for s in seeds}
+        unpredictable = round(spread_dm - DM_SPREAD, MARGIN_DIGITS) >= 0 or \
+            any(round(v - DM_AWAY, MARGIN_DIGITS) >= 0 for v in away.values())
+        # one test over the seeds (a spread, or "at some seed"), so no per-seed margins
         tests = [Criterion(f"data_manip spread >= {DM_SPREAD} or >= {DM_AWAY} from the unanswerable share at some seed",
-                      unpredictable, {s: v - DM_AWAY for s, v in away.items()},
-                      f"spread (max - min over seeds) {spread_dm:.3f}; away {json.dumps({str(s): round(v, 3) for s, v in away.items()})}"),
-                 Criterion(f"awa_g0.5 spread < {AWA_SPREAD}", spread_awa < AWA_SPREAD, rule=f"spread {spread_awa:.3f}")]
+                           unpredictable, rule=f"spread (max - min over seeds) {spread_dm:.3f}; away "
+                           f"{json.dumps({str(s): round(v, 3) for s, v in away.items()})}"),
+                 Criterion(f"awa_g0.5 spread < {AWA_SPREAD}", round(AWA_SPREAD - spread_awa, MARGIN_DIGITS) > 0,
+                           rule=f"spread {spread_awa:.3f}")]
         if len(seeds) < 2:
             tests.append(Criterion("a spread needs >= 2 seeds", False, rule=f"seeds {seeds}"))
-        return tests, {"data_manip late refusal": dm, "awa_g0.5 late refusal": awa, "unanswerable share": share}
+        return tests, numbers
     return _claim(number, "data manipulation is unpredictable (late refusal spread over seeds >= 0.1, or >= 0.15 from the "
                   "unanswerable share at some seed) while AWA γ 0.5's spread is < 0.05", tier, table,
                   ["data_manip", "awa_g0.5"], build)
@@ -258,7 +278,7 @@ def claim_regression(table: dict[str, Any]) -> Claim:
     def build(seeds: list[int]) -> tuple[list[Criterion], dict[str, Any]]:
         refusal = {a: _at(table, "T3", a, "greedy.refusal_rate", seeds) for a in paying}
         margins = {s: PAYING_TOGETHER - (max(refusal[a][s] for a in paying) - min(refusal[a][s] for a in paying))
-                   for s in seeds}
+                   for s in seeds if all(s in refusal[a] for a in paying)}  # a seed without both: "no value"
         return [seed_test(f"paying arms {', '.join(paying)} within {PAYING_TOGETHER} in held-out refusal", margins)], \
             {"held-out refusal": refusal}
     return _claim("5", "regression control: on world v1 the paying arms end within 0.03 of each other in held-out "

@@ -283,6 +283,75 @@ def test_claim_5_regression_control(tmp_path):
     assert _verdicts(tmp_path)["5"] is False
 
 
+
+def test_a_tie_is_a_tie_not_float_noise(tmp_path):
+    # exactly at a "<=" bound: 0.2515625 - 0.1515625 - 0.1 is -2.8e-17 in floating point, and still meets it
+    _t1(tmp_path)
+    for seed in SEEDS:
+        record(tmp_path, "T1", "awa_g0.5", seed, refusal=0.2515625, target=0.1515625)
+    assert claims(aggregate(load_runs(tmp_path)))[0].tests[1].holds
+    # equal refusals at one seed of three fail "increases strictly", however the 2-SE arithmetic rounds
+    for seed, (lo, hi) in zip(SEEDS, ((0.1578125, 0.2828125), (0.1578125, 0.2828125), (0.2828125, 0.2828125))):
+        record(tmp_path, "T1", "awa_g0.5", seed, refusal=lo, target=0.55)
+        record(tmp_path, "T1", "awa_g1.0", seed, refusal=hi, target=0.68)
+    strictly = next(t for t in claims(aggregate(load_runs(tmp_path)))[1].tests
+                    if t.name == "awa_g1.0 refusal > awa_g0.5 refusal")
+    assert not strictly.holds and "seed(s) [2]" in strictly.rule
+    assert paired_seed_rule({0: 1.0, 1: 1.0, 2: 0.0}, strict=True)[0] is False
+
+
+def _unlog(out: Path, tier: str, arm: str, seed: int) -> None:
+    (arm_folder(out, tier, arm, seed) / "grpo" / "metrics_log.jsonl").unlink()
+
+
+def test_claim_4_needs_a_value_at_every_paired_seed(tmp_path):
+    _t1(tmp_path)
+    for seed, r in zip(SEEDS, (0.30, 0.50, 0.32)):
+        record(tmp_path, "T1", "data_manip", seed, refusal=r, greedy={"precision": 0.60, "accuracy": 0.57, "ra_f1": 0.585})
+    for seed, r in zip(SEEDS, (0.52, 0.53, 0.70)):  # AWA spreads 0.18 over the three seeds: the claim fails
+        record(tmp_path, "T1", "awa_g0.5", seed, refusal=r, target=0.55)
+    assert _verdicts(tmp_path)["4"] is False
+    _unlog(tmp_path, "T1", "awa_g0.5", 2)  # without seed 2's log the two others spread 0.01: not a "yes"
+    claim = claims(aggregate(load_runs(tmp_path)))[3]
+    assert claim.holds is False and "no awa_g0.5 late refusal at seed(s) [2]" in claim.tests[0].rule
+    for seed in SEEDS:  # no AWA log at all: still a verdict, not a crash
+        if seed != 2:
+            _unlog(tmp_path, "T1", "awa_g0.5", seed)
+    assert _verdicts(tmp_path)["4"] is False
+
+
+def test_claim_4_spread_alone_shows_data_manipulation_unpredictable(tmp_path):
+    _t1(tmp_path)
+    for seed, r in zip(SEEDS, (0.30, 0.50, 0.32)):  # spread 0.20, never 0.15 from the share: one test, no margins
+        record(tmp_path, "T1", "data_manip", seed, refusal=r, greedy={"precision": 0.60, "accuracy": 0.57, "ra_f1": 0.585})
+    claim = claims(aggregate(load_runs(tmp_path)))[3]
+    assert claim.holds and claim.tests[0].holds and claim.tests[0].margins == {}
+
+
+def test_claim_5_and_nan_values_count_as_missing(tmp_path):
+    for seed in SEEDS:
+        record(tmp_path, "T3", "awa_g0.5", seed, greedy={"refusal_rate": 0.33})
+        record(tmp_path, "T3", "static_0.5", seed, greedy={"refusal_rate": 0.34})
+    path = arm_folder(tmp_path, "T3", "static_0.5", 1) / "result.json"
+    result = json.loads(path.read_text())
+    del result["greedy"]["refusal_rate"]
+    path.write_text(json.dumps(result))
+    claim = next(c for c in claims(aggregate(load_runs(tmp_path))) if c.number == "5")
+    assert claim.holds is False and "no value at seed(s) [1]" in claim.tests[0].rule
+    record(tmp_path, "T3", "static_0.5", 1, greedy={"refusal_rate": float("nan")})  # a NaN is no value either
+    claim = next(c for c in claims(aggregate(load_runs(tmp_path))) if c.number == "5")
+    assert claim.holds is False and "no value at seed(s) [1]" in claim.tests[0].rule
+    _t1(tmp_path)
+    record(tmp_path, "T1", "awa_g0.5", 1, refusal=[0.52] * 59 + [float("nan")], target=0.55)  # a NaN batch: skipped
+    assert _verdicts(tmp_path)["1"] is True
+
+
+def test_a_run_shorter_than_the_late_window_has_no_late_value(tmp_path):
+    _t1(tmp_path)
+    record(tmp_path, "T1", "static_0.5", 2, refusal=0.95, batches=3)  # stopped after 3 batches
+    claim = claims(aggregate(load_runs(tmp_path)))[0]
+    assert claim.holds is False and "no value at seed(s) [2]" in claim.tests[0].rule
+
 def test_weak_base_claims(tmp_path):
     for seed in SEEDS:
         record(tmp_path, "T2", "static_0.5", seed, refusal=0.98, all_abstain=0.95)
