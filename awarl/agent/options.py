@@ -45,6 +45,9 @@ _OPTION_TYPES: dict[str, tuple[str, Any]] = {
     "world_noise": ("--world-noise", str),
 }
 
+_NULLABLE = ("system_prompt", "world_noise")
+"""Fields whose option takes ``null`` for "none" (the protocol's prompt, no search noise)."""
+
 
 def rollout_from(config: Path | None, given: dict[str, Any], checkpoint: str | None = None) -> RolloutSettings:
     """The recipe's ``rollout:`` section (else the settings saved with ``checkpoint``, else the
@@ -59,13 +62,19 @@ def rollout_from(config: Path | None, given: dict[str, Any], checkpoint: str | N
         except ConfigError:
             pass  # a checkpoint from elsewhere: the defaults, unless options say otherwise
     changes = {k: v for k, v in given.items() if v is not None and v != []}
+    nulls = [k for k in _NULLABLE if isinstance(changes.get(k), str) and changes[k].strip().lower() == "null"]
     if "passage_words" in changes and changes["passage_words"] == 0:
         changes["passage_words"] = None  # 0 on the command line: whole passages
     if config is not None and changes:
         log.warning("%s: overriding the recipe's rollout settings (%s); p_i, training and evaluation then "
                     "describe different agents", config, ", ".join(f"{k}={v!r}" for k, v in changes.items()))
-    merged = {**base.to_dict(), **changes}
-    return RolloutSettings.from_dict(merged, "rollout options" if config is None else f"{config}: rollout")
+    merged = {**base.to_dict(), **changes, **{k: None for k in nulls}}  # "null" on the command line: no value
+    settings = RolloutSettings.from_dict(merged, "rollout options" if config is None else f"{config}: rollout")
+    if settings.world_noise is not None:  # read it now, before a command writes anything: a bad path is one error line
+        from awarl.data.world_noise import load_noise
+
+        load_noise(settings.world_noise)
+    return settings
 
 
 def recipe_rollout(path: Path) -> RolloutSettings:

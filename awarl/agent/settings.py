@@ -168,12 +168,29 @@ def load_rollout(folder: str | Path) -> RolloutSettings:
                 raw = json.loads((base / ROLLOUT_FILE).read_text(encoding="utf-8"))
             except (ValueError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"{base / ROLLOUT_FILE}: not valid JSON ({exc})") from None
-            return RolloutSettings.from_dict(raw, str(base / ROLLOUT_FILE))
+            return _locate_noise(RolloutSettings.from_dict(raw, str(base / ROLLOUT_FILE)), folder)
         if (base / RECIPE_FILE).exists():
             raw = load_yaml((base / RECIPE_FILE).read_text(encoding="utf-8")) or {}
-            return RolloutSettings.from_dict(raw.get("rollout") or {}, f"{base / RECIPE_FILE}: rollout")
+            return _locate_noise(RolloutSettings.from_dict(raw.get("rollout") or {}, f"{base / RECIPE_FILE}: rollout"),
+                                 folder)
     raise ConfigError(f"{folder}: no {ROLLOUT_FILE} or {RECIPE_FILE} here or one folder up; this checkpoint does "
                       f"not say which rollout settings it was trained with (pass them explicitly)")
+
+
+def _locate_noise(settings: RolloutSettings, folder: Path) -> RolloutSettings:
+    """A relative ``world_noise`` is relative to the folder the run started in (a demo names
+    ``world/noise.json`` from inside its folder). Read from elsewhere (``awarl eval run --model
+    runs/demo/grpo/awa/final``), it is looked up beside the checkpoint and in the folders above it; the
+    first that holds it is used. Left as it is when it exists as given or is found nowhere (the search tool
+    then names it)."""
+    noise = settings.world_noise
+    if noise is None or Path(noise).is_absolute() or Path(noise).is_file():
+        return settings
+    for base in (folder, *folder.parents):
+        if (base / noise).is_file():
+            log.info("%s: the world's noise file %s is %s here", folder, noise, base / noise)
+            return settings.replace(world_noise=str(base / noise))
+    return settings
 
 
 _SET_FROM_ROLLOUT = {

@@ -18,7 +18,7 @@ console = Console(stderr=True)
 
 
 @app.command("estimate")
-@rollout_options
+@rollout_options(checkpoint_param="model")
 @retrieval_options
 @backend_options
 def estimate_command(
@@ -39,7 +39,7 @@ def estimate_command(
 ) -> None:
     """Estimate p_i = share of K rollouts judged correct, for every query in --data.
 
-    Run it on the checkpoint GRPO starts from, with --config the training recipe, so that p_i describes the agent training shapes (the rows record the settings; `awarl train grpo` refuses others).
+    Run it on the checkpoint GRPO starts from, with --config the training recipe, so that p_i describes the agent training shapes (the rows record the settings; `awarl train grpo` refuses others). Without --config, a checkpoint trained by awarl is measured under the rollout settings saved with it, else the defaults.
     """
     config = CapabilityConfig(
         model=model, data=data, out=out, rollout=rollout, k=k, temperature=temperature, shard=parse_shard(shard),

@@ -43,12 +43,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from awarl.errors import ConfigError
+
 NOISE_FILE = "noise.json"
 TIE_ORDERS = ("index", "rollout")  # the order of passages of equal score: the index's, or drawn per rollout
 
 
-class NoiseFileError(ValueError):
-    """A noise.json that cannot be read; the message names the file and the field."""
+class NoiseFileError(ConfigError):
+    """A noise.json that cannot be read; the message names the file and the field (a `ConfigError`: the
+    rollout settings name the file, so the fix is there)."""
 
 
 def draw(*key: object) -> float:
@@ -101,7 +104,7 @@ class NoiseTable:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise NoiseFileError(f"{path}: no such noise file (a world v2 folder holds {NOISE_FILE}; "
-                                 f"set rollout.world_noise to it, or to null for no noise)") from None
+                                 f"set rollout.world_noise (--world-noise) to it, or to null for no noise)") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise NoiseFileError(f"{path}: not valid JSON ({exc})") from None
         try:

@@ -362,6 +362,28 @@ def test_the_chatbot_serves_without_the_world_noise(tmp_path):
     assert served.world_noise is None and served.topk == 2
 
 
+
+def test_a_checkpoint_read_from_outside_its_run_folder_finds_the_world_noise(tmp_path, written2, monkeypatch):
+    import shutil
+
+    from awarl.agent.options import rollout_from
+    from awarl.agent.settings import RolloutSettings, load_rollout
+    from awarl.errors import ConfigError
+
+    demo = tmp_path / "demo"
+    (demo / "world").mkdir(parents=True)
+    shutil.copy(written2["noise"], demo / "world" / "noise.json")
+    RolloutSettings(topk=2, world_noise="world/noise.json").save(demo / "grpo" / "awa" / "final")
+    monkeypatch.chdir(tmp_path)  # `awarl eval run --model demo/grpo/awa/final` from the folder above the demo
+    assert load_rollout(Path("demo/grpo/awa/final")).world_noise == str(Path("demo/world/noise.json"))
+    monkeypatch.chdir(demo)  # inside the demo, as the demo names it
+    assert load_rollout(Path("grpo/awa/final")).world_noise == "world/noise.json"
+    # on the command line "null" means none, and a noise file that is not there is one error, before any run starts
+    off = rollout_from(Path("grpo/awa/final"), {"world_noise": "null", "system_prompt": "null"})
+    assert off.world_noise is None and off.system_prompt is None and off.topk == 2
+    with pytest.raises(ConfigError, match="nope.json: no such noise file"):
+        rollout_from(None, {"world_noise": "nope.json"})
+
 def test_v2_gold_conversations_read_the_tool(world2, written2, index2):
     from awarl.protocol import ABSTAIN_PHRASE, parse_final
 
