@@ -208,6 +208,24 @@ def test_demo_refuses_to_resume_with_other_training_settings(tmp_path):
     run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world", overrides=["floors.full.refusal_gap=0.2"])
 
 
+
+@pytest.mark.parametrize("typo, says", [
+    ("world.persns=300", r"world: unknown knob\(s\) \['persns'\]"),
+    ("shape.hiden_size=64", "shape.hiden_size is not a field of the model's shape"),
+    ("arms.none.reward.kindd=static", "reward: unknown key 'kindd'"),  # not the first arm: checked too
+])
+def test_a_misspelt_field_fails_at_once_and_leaves_the_folder_usable(tmp_path, typo, says):
+    from awarl.demo import DemoError
+    from awarl.errors import AwarlError
+
+    recipe = tiny_recipe(tmp_path / "recipe.yaml")
+    with pytest.raises(AwarlError, match=says):
+        run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world", overrides=[typo])
+    assert not (tmp_path / "d" / "recipe.json").exists()  # nothing recorded, so the corrected rerun starts
+    run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world")
+    with pytest.raises(DemoError, match=f"^{tmp_path / 'd'} was started with other settings"):  # names the folder
+        run_demo(tmp_path / "d", recipe=recipe, progress=False, until="world", overrides=["sft.args.max_steps=999"])
+
 def test_naming_trls_default_num_iterations_still_resumes_a_folder_started_without_it(tmp_path):
     from awarl.demo import DemoError
 

@@ -258,10 +258,11 @@ def settings(recipe: DemoRecipe) -> dict[str, Any]:
     return json.loads(json.dumps(out, default=str))
 
 
-def check_settings(marker: Path, recipe: DemoRecipe) -> None:
+def check_settings(marker: Path, recipe: DemoRecipe, folder: Path | None = None) -> None:
     """A folder of finished stages (a demo, a fidelity study) is resumed only with the settings
     it was started with, recorded in ``marker``: its stages would otherwise be reused under a
-    recipe that did not make them. Refused, naming the changed fields."""
+    recipe that did not make them. Refused, naming the changed fields and the folder (``folder``: the
+    folder as the user named it, when ``marker`` is relative to it)."""
     now = settings(recipe)
     if marker.exists():
         before = json.loads(marker.read_text(encoding="utf-8"))
@@ -269,7 +270,7 @@ def check_settings(marker: Path, recipe: DemoRecipe) -> None:
         if changed:
             shown = ", ".join(f"{k}: {before.get(k, '<unset>')!r} -> {now.get(k, '<unset>')!r}" for k in changed[:6])
             more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
-            raise DemoError(f"{marker.parent} was started with other settings ({shown}{more}); use another --out, "
+            raise DemoError(f"{folder or marker.parent} was started with other settings ({shown}{more}); use another --out, "
                             "or delete the folder to start over")
         return
     marker.parent.mkdir(parents=True, exist_ok=True)

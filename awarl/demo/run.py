@@ -519,9 +519,26 @@ def run_demo(out: Path, *, quick: bool = False, seed: int = 0, recipe: Path = DE
             demo.timings = json.loads(demo.paths.timings.read_text(encoding="utf-8"))
         display.print(f"[bold]awarl demo[/bold] -> {out} ({'quick' if quick else 'full'}, seed {seed}); "
                       f"library output goes to {out / 'demo.log'}")
-        demo.train_config()  # fail on a bad recipe before any work
-        check_settings(demo.paths.settings, loaded)
+        check_recipe(demo)  # fail on a bad recipe before any work, and before the folder records it
+        check_settings(demo.paths.settings, loaded, folder=out)
         return _stages(demo, until, t0)
+
+
+def check_recipe(demo: Demo) -> None:
+    """Build now what the stages will build from the recipe: the world's settings, the model's shape and
+    every arm's training recipe (not only the first arm's). A misspelt or invalid field then fails at once,
+    before ``recipe.json`` records the settings (which would refuse the corrected rerun on this folder)."""
+    from awarl.data.world import WorldConfig
+    from awarl.train.tiny import WORLD_SHAPE
+
+    WorldConfig.from_dict(demo.recipe.world, f"{demo.recipe.source}: world")
+    fields = sorted(WORLD_SHAPE.__dict__)
+    for key in demo.recipe.shape:
+        if key not in fields:
+            raise DemoError(f"{demo.recipe.source}: shape.{key} is not a field of the model's shape "
+                            f"({', '.join(fields)})")
+    for arm in demo.arms:
+        demo.train_config(arm=arm)
 
 
 def _stages(demo: Demo, until: str | None, t0: float) -> dict[str, Any]:
