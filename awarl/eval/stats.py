@@ -194,35 +194,41 @@ def _hash_file(digest: Any, path: Path) -> None:
             digest.update(chunk)
 
 
-FINGERPRINT_VERSION = 2
-"""What `fingerprint` hashes; 2 adds an index's id table (1, which recorded no version, hashed its meta and file
-sizes only). Fingerprints of two versions are not compared (`awarl.eval.report.comparability_warnings`)."""
+FINGERPRINT_VERSION = 3
+"""What `fingerprint` hashes; 3 hashes the passages themselves, so an index and the corpus file it was built
+from agree (2 hashed an index's id table and file sizes, which missed a text changed under the same ids;
+1, which recorded no version, its meta and file sizes only). Fingerprints of two versions are not compared
+(`awarl.eval.report.comparability_warnings`)."""
 
 
 def fingerprint(index: str | Path | None = None, corpus: str | Path | None = None,
                 records: str | Path | None = None) -> dict[str, Any] | None:
-    """What identifies the passages a run searched, as a SHA-256: an index folder's meta and id table
-    (and every file's size beside them), a corpus file's bytes, or, where the run searched the data
-    file's own passages, that file's bytes (``records``). None for a remote retriever.
-
-    Passage ids are content hashes (or a data set's own ids), so the id table names the corpus; the
-    sizes catch a store rebuilt over the same ids."""
-    from awarl.search.store import IDHASH_FILE, IDROW_FILE
+    """What identifies the passages a run searched, as a SHA-256 of every passage (id, title and text, in
+    order) as an index folder stores them: the folder's passage file, or the same lines built from a corpus
+    file's rows, so a run on an index and a run on the corpus it was built from get one fingerprint, and a
+    changed text gets another. Where the run searched the data file's own passages, that file's bytes
+    (``records``). None for a remote retriever."""
+    from awarl.search.store import PASSAGES_FILE, passage_line
 
     digest = hashlib.sha256()
     if index is not None and Path(index).is_dir():
         folder = Path(index)
-        for p in sorted(p for p in folder.iterdir() if p.is_file()):
-            digest.update(f"{p.name}\x1f{p.stat().st_size}\n".encode())
-        for name in ("awarl_index.json", IDHASH_FILE, IDROW_FILE):
-            if (folder / name).exists():
-                _hash_file(digest, folder / name)
         meta_path = folder / "awarl_index.json"
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+        if not (folder / PASSAGES_FILE).is_file():
+            return None
+        _hash_file(digest, folder / PASSAGES_FILE)
         return {"kind": "index", "sha256": digest.hexdigest(), "passages": meta.get("passages"),
                 "version": FINGERPRINT_VERSION}
-    for kind, path in (("corpus", corpus), ("records", records)):
-        if path is not None and Path(path).is_file():
-            _hash_file(digest, Path(path))
-            return {"kind": kind, "sha256": digest.hexdigest(), "version": FINGERPRINT_VERSION}
+    if corpus is not None and Path(corpus).is_file():
+        from awarl.data.records import Passage, iter_jsonl
+
+        count = 0
+        for n, row in iter_jsonl(corpus):
+            digest.update(passage_line(Passage.from_dict(row, path=corpus, where=f"line {n}")))
+            count += 1
+        return {"kind": "corpus", "sha256": digest.hexdigest(), "passages": count, "version": FINGERPRINT_VERSION}
+    if records is not None and Path(records).is_file():
+        _hash_file(digest, Path(records))
+        return {"kind": "records", "sha256": digest.hexdigest(), "version": FINGERPRINT_VERSION}
     return None

@@ -37,8 +37,10 @@ def id_hash(pid: str) -> int:
     return int.from_bytes(hashlib.blake2b(pid.encode("utf-8"), digest_size=8).digest(), "little")
 
 
-def _line(p: Passage) -> bytes:
+def passage_line(p: Passage) -> bytes:
+    """A passage as the store writes it: one JSON line (its bytes are what `awarl.eval.stats.fingerprint` hashes)."""
     return (json.dumps(p.to_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+
 
 
 def _id_prefix(pid: str) -> bytes:
@@ -194,7 +196,7 @@ class PassageWriter:
             self._spill.close()
 
     def add(self, p: Passage) -> None:
-        line = _line(p)
+        line = passage_line(p)
         self._fh.write(line)
         self._pos += len(line)
         self._buf.append(self._pos)

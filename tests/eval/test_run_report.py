@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from awarl.cli import app
 from awarl.data.records import write_jsonl
+from awarl.eval.stats import FINGERPRINT_VERSION
 
 SCORER_KEYS = ("n", "answered", "abstained", "correct", "precision", "accuracy", "ra_f1", "refusal_rate", "em", "f1",
                "abstain_recall", "over_refusal")
@@ -267,7 +268,7 @@ def test_report_warns_of_what_keeps_runs_from_being_compared(run_dir, tmp_path):
     report.json and on stderr, where they used to pass silently (no paired row, no fingerprint line)."""
     assert json.loads((run_dir / "metrics.json").read_text())["fingerprint"]["kind"] == "corpus"  # the corpus beside the records
     copies = {}
-    for name, fingerprint in (("other-corpus", {"kind": "corpus", "sha256": "f" * 64, "version": 2}), ("remote", None)):
+    for name, fingerprint in (("other-corpus", {"kind": "corpus", "sha256": "f" * 64, "version": FINGERPRINT_VERSION}), ("remote", None)):
         copies[name] = shutil.copytree(run_dir, tmp_path / name)
         metrics = json.loads((copies[name] / "metrics.json").read_text())
         (copies[name] / "metrics.json").write_text(json.dumps({**metrics, "name": name, "fingerprint": fingerprint}))

@@ -83,3 +83,22 @@ def test_a_run_on_the_corpus_beside_its_records_records_that_corpus_fingerprint(
     write_jsonl(data.parent / "corpus.jsonl", [{"id": "d1", "title": "Paris", "text": "Paris is in Texas."}])
     run_eval(EvalConfig(model="scripted", data=data, out=tmp_path / "b"), backend=AnswerParis(), progress=False)
     assert json.loads((tmp_path / "b" / "metrics.json").read_text())["fingerprint"]["sha256"] != recorded["sha256"]
+
+
+def test_an_index_and_the_corpus_it_was_built_from_have_one_fingerprint_and_a_changed_text_another(tmp_path):
+    """The fingerprint hashes the passages themselves: a run with --index and one with --corpus on the same
+    passages compare, and a text changed under the same ids (the same length) does not pass for the same."""
+    from awarl.data.records import load_corpus
+    from awarl.eval.stats import fingerprint
+    from awarl.search.bm25 import BM25Index
+
+    rows = [{"id": "p1", "title": "Yana Tesk", "text": "Yana Tesk was born in Harn."},
+            {"id": "p2", "title": "Harn", "text": "Harn is a city in the country Ruvia."}]
+    write_jsonl(tmp_path / "corpus.jsonl", rows)
+    write_jsonl(tmp_path / "changed.jsonl", [{**rows[0], "text": "Yana Xesk was born in Harn."}, rows[1]])
+    for name in ("corpus", "changed"):
+        BM25Index.build_folder(load_corpus(tmp_path / f"{name}.jsonl"), tmp_path / f"{name}-index")
+    index, corpus = fingerprint(index=tmp_path / "corpus-index"), fingerprint(corpus=tmp_path / "corpus.jsonl")
+    assert index["sha256"] == corpus["sha256"] and index["passages"] == corpus["passages"] == 2
+    assert fingerprint(index=tmp_path / "changed-index")["sha256"] != index["sha256"]
+    assert fingerprint(corpus=tmp_path / "changed.jsonl")["sha256"] != corpus["sha256"]
