@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.data.world import World, gold_conversation, gold_queries, record_id, write_world
+from awarl.errors import ConfigError
 from awarl.protocol import ABSTAIN_PHRASE, parse_results
 
 _LINK = re.compile(r"^(\w+) is a city in the country (\w+)\.$")
@@ -98,6 +99,8 @@ def audit_world(world: World, *, split: str = "eval", seeds: int = 8, topk: int 
     """Run every check on ``world``'s ``split`` with the search tool of those rollout settings (``topk``,
     ``passage_words``; the search budget is the world's ``max_searches``). ``folder``: where the world
     is (or is written to; default a temporary folder) for its noise.json."""
+    if seeds < 1:
+        raise ConfigError(f"seeds must be at least 1 (the rollout seeds the shape rule averages over), got {seeds}")
     if folder is None:
         with tempfile.TemporaryDirectory() as tmp:
             return audit_world(world, split=split, seeds=seeds, topk=topk, passage_words=passage_words, folder=tmp)

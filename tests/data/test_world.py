@@ -505,6 +505,10 @@ def test_audit_middle_share_of_a_consistent_reader(tmp_path):
     # The random reader's p_i is u: 2/1@0 (u 0.48) and 1/1@0.6 (u 0.38) are both in the middle.
     pairs = sum(q.cues["namesakes"] == 2 for q in answerable) / len(answerable)
     assert audit.check("middle share, random reader").value == pytest.approx(noisy + pairs)
+    from awarl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="seeds must be at least 1"):  # no rollout: the shape rule would pass unrun
+        audit_world(world, seeds=0, folder=tmp_path)
 
 
 def test_base_spread_reads_p_i_against_the_world_ceilings(tmp_path):
