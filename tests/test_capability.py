@@ -204,6 +204,22 @@ def test_merge_rejects_incomplete_or_overlapping_shards(tmp_path, prepared):
         merge([a, b], tmp_path / "p.jsonl")
 
 
+def test_merge_refuses_shards_of_another_estimate_and_rows_its_data_lacks(tmp_path):
+    cap = {"k": 8, "model": "sft/final", "temperature": 0.7, "rollout": {"topk": 3}}
+    a, b = tmp_path / "p.shard0of2.jsonl", tmp_path / "p.shard1of2.jsonl"
+    write_jsonl(a, [{"id": "x", "p": 0.5, "capability": cap}])
+    write_jsonl(b, [{"id": "y", "p": 1.0, "capability": {**cap, "model": "grpo/awa/final"}}])
+    with pytest.raises(DataError, match=r"p.shard1of2.jsonl, line 1, field 'capability.model': estimated with another "
+                                        r"model than .*p.shard0of2.jsonl's rows"):
+        merge([a, b], tmp_path / "p.jsonl")
+    write_jsonl(b, [{"id": "y", "p": 1.0, "capability": cap}])
+    write_jsonl(tmp_path / "records.jsonl", [{"id": "x", "question": "?", "answers": ["a"], "dataset": "world"}])
+    with pytest.raises(DataError, match=r"1 of the shards' 2 rows have no record here \(first: \['y'\]\)"):
+        merge([a, b], tmp_path / "p.jsonl", tmp_path / "records.jsonl")  # a subset of the records: y would be lost
+    assert not (tmp_path / "p.jsonl").exists()
+    assert merge([a, b], tmp_path / "p.jsonl") == 2
+
+
 def test_bad_input_is_reported_clearly(prepared, tiny_sft_model_dir, tmp_path):
     cli = CliRunner()
     bad = tmp_path / "records.jsonl"
