@@ -74,6 +74,9 @@ def test_read_json_names_the_file_for_every_failure(tmp_path):
     path.write_text('{"model": "x",}')
     with pytest.raises(DataError, match=r"run.json, line 1: broken JSON \(Expecting property name"):
         read_json(path)
+    path.write_text('{"model": "x')  # the parser's message ends in "at" already: said once
+    with pytest.raises(DataError, match=r"broken JSON \(Unterminated string starting at column 11\)$"):
+        read_json(path)
     with pytest.raises(DataError, match=r": is a folder; expected a file"):
         read_json(tmp_path)
 

@@ -141,7 +141,8 @@ def parse_json(path: str | Path, text: str, where: str | None = None, **kwargs: 
         raise
     except json.JSONDecodeError as exc:
         position = where or f"line {exc.lineno}"
-        raise DataError(path, position, f"broken JSON ({exc.msg} at column {exc.colno})") from None
+        at = "" if exc.msg.endswith(" at") else " at"  # "Unterminated string starting at" names its place already
+        raise DataError(path, position, f"broken JSON ({exc.msg}{at} column {exc.colno})") from None
     except RecursionError:
         raise DataError(path, where or "", "JSON nested too deeply to read") from None
     except ValueError as exc:  # e.g. an integer with more digits than Python converts

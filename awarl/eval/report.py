@@ -161,7 +161,8 @@ def _settings_section(runs: Sequence[RunSummary]) -> list[str]:
         recipe = run.metrics.get("recipe") or {}
         keys = ("reward/kind", "reward/gamma", "reward/p_clip", "reward/beta", "reward/tau", "reward/delta",
                 "reward/w_cite", "reward/cite_on")
-        trained = ", ".join(f"{k.split('/')[1]}={recipe[k]}" for k in keys if k in recipe) or "–"
+        trained = ("SFT only (no RL)" if recipe.get("stage") == "sft"
+                   else ", ".join(f"{k.split('/')[1]}={recipe[k]}" for k in keys if k in recipe) or "–")
         out.append(f"| {run.name} | {run.metrics.get('model', '–')} | {agent} | {trained} |")
     return out + [""]
 

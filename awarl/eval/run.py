@@ -299,9 +299,14 @@ def checkpoint_hyperparameters(model: str) -> dict[str, Any] | None:
             raw = read_yaml_file(path) or {}
         except ConfigError:
             return None
-        flat = {f"{section}/{key}": value for section in ("reward", "rollout")
+        # the recipe's SFT stage writes <sft.output_dir, default output_dir/sft>/final: that checkpoint had no RL,
+        # so the recipe's reward says nothing about it
+        sft_dir = Path((raw.get("sft") or {}).get("output_dir") or Path(str(raw.get("output_dir") or ".")) / "sft")
+        stage = "sft" if folder.name == "final" and folder.parent.name == sft_dir.name else "grpo"
+        flat = {f"{section}/{key}": value for section in (("reward", "rollout") if stage == "grpo" else ("rollout",))
                 for key, value in (raw.get(section) or {}).items()
                 if isinstance(value, (int, float, str, bool)) and key != "system_prompt" and not key.startswith("judge")}
+        flat["stage"] = stage
         flat["recipe"] = str(path)
         return flat
     return None

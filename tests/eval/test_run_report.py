@@ -307,3 +307,22 @@ def test_fingerprints_of_an_older_awarl_are_not_compared_and_pairing_is_checked_
         "the others is unknown",
         "older has no paired difference against greedy: its questions differ from greedy's (2 and 4, 2 shared)",
     ]
+
+
+def test_the_sft_checkpoint_of_a_recipe_is_not_reported_as_trained_with_its_reward(tmp_path):
+    """A recipe saved beside its SFT checkpoint names the reward GRPO will use; the SFT model had no RL."""
+    import yaml
+
+    from awarl.eval.report import RunSummary, _settings_section
+    from awarl.eval.run import checkpoint_hyperparameters
+
+    recipe = {"output_dir": "grpo/awa", "reward": {"kind": "awa", "gamma": 0.5}, "rollout": {"topk": 3},
+              "sft": {"output_dir": "sft"}}
+    for folder in ("sft/final", "grpo/awa/final"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "awarl_recipe.yaml").write_text(yaml.safe_dump(recipe))
+    sft, grpo = (checkpoint_hyperparameters(str(tmp_path / f)) for f in ("sft/final", "grpo/awa/final"))
+    assert sft["stage"] == "sft" and "reward/kind" not in sft and sft["rollout/topk"] == 3
+    assert grpo["stage"] == "grpo" and grpo["reward/gamma"] == 0.5
+    rows = _settings_section([RunSummary(n, tmp_path, {"model": n, "recipe": r}, []) for n, r in (("base", sft), ("awa", grpo))])
+    assert rows[4].endswith("| SFT only (no RL) |") and rows[5].endswith("| kind=awa, gamma=0.5 |")
