@@ -47,6 +47,8 @@ def score_command(
     for name, m in rows.items():
         d = m.to_dict()
         table.add_row(name, *[str(d[c]) if isinstance(d[c], int) else f"{d[c]:.4f}" for c in columns])
+    if len(run.per_dataset) > 1:  # the number papers report: the mean over data sets ("all" pools their questions)
+        table.add_row("macro avg", *[f"{run.macro[c]:.4f}" if isinstance(run.macro.get(c), float) else "–" for c in columns])
     Console(width=150).print(table)
     if run.metrics.abstain_recall is not None:
         typer.echo(f"abstain-recall on unanswerable: {run.metrics.abstain_recall:.4f}; "

@@ -233,3 +233,17 @@ def test_unreadable_inputs_are_error_lines(sample_files, tmp_path):
     assert out.returncode == 1 and f"error: {tmp_path}: is a folder; expected a file" in out.stderr
     out = _score(tmp_path, pred, "--dataset", "hotpotqa")
     assert out.returncode == 1 and f"error: {tmp_path}: is a folder; expected a file" in out.stderr
+
+
+def test_the_table_of_two_data_sets_has_their_macro_average(tmp_path):
+    from awarl.data.records import write_jsonl
+
+    records = [{"id": f"{d}{i}", "question": "?", "answers": ["x"], "dataset": d} for d, n in (("a", 4), ("b", 2))
+               for i in range(n)]
+    write_jsonl(tmp_path / "records.jsonl", records)
+    write_jsonl(tmp_path / "p.jsonl", [{"id": r["id"], "answer": "x" if r["id"] in ("a0", "b0") else "y"} for r in records])
+    out = run_cli("eval", "score", "--data", str(tmp_path / "records.jsonl"), "--predictions", str(tmp_path / "p.jsonl"))
+    assert out.returncode == 0, out.stderr
+    macro = next(line for line in out.stdout.splitlines() if "macro avg" in line)
+    assert "0.3750" in macro  # accuracy (1/4 + 1/2) / 2, where the pooled "all" row says 2/6
+    assert "0.3333" in next(line for line in out.stdout.splitlines() if "│ all" in line)
