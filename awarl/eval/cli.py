@@ -68,6 +68,8 @@ def run_command(
     limit: int = typer.Option(None, "--limit", help="Only the first N questions of each data set."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (default)."),
     concurrency: int = typer.Option(64, "--concurrency", help="Questions in flight at once."),
+    seed: int = typer.Option(0, "--seed", help="Run seed: question q samples (and draws a world's search noise) from "
+                                               "a stream seeded by (seed, q); `awarl demo --seed S` evaluates with S."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     rollout: RolloutSettings = ROLLOUT,
     retrieval: dict = RETRIEVAL,
@@ -80,7 +82,7 @@ def run_command(
     from awarl.eval.run import EvalConfig, run_eval
 
     config = EvalConfig(model=model, data=data, out=out, rollout=rollout, dataset=dataset, name=name, limit=limit,
-                        temperature=temperature, max_concurrent=concurrency, backend_options=backend_options,
+                        temperature=temperature, max_concurrent=concurrency, seed=seed, backend_options=backend_options,
                         **retrieval)
     result = run_eval(config, progress=not no_progress)
     m = result.metrics["macro"]

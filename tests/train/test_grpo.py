@@ -227,9 +227,10 @@ def test_capability_training_and_evaluation_describe_one_agent(full_run, tiny_sf
     # Evaluating the checkpoint without --config uses the settings saved with it, not the defaults.
     res = cli.invoke(app, ["eval", "run", "--model", str(final), "--data", str(few), "--corpus",
                            str(train_files["corpus"]), "--out", str(tmp_path / "eval2"), "--device", "cpu",
-                           "--no-progress"])
+                           "--seed", "5", "--no-progress"])
     assert res.exit_code == 0, res.output
-    assert json.loads((tmp_path / "eval2" / "run.json").read_text())["rollout"] == trained
+    run = json.loads((tmp_path / "eval2" / "run.json").read_text())
+    assert run["rollout"] == trained and run["seed"] == 5  # a demo's --seed S evaluation is repeatable from the CLI
 
 
 # -- forced answers in all-abstain groups ---------------------------------------------------------------------
