@@ -273,6 +273,20 @@ def load_corpus(path: str | Path) -> list[Passage]:
     return [p for _, p in lines]
 
 
+def capability_value(path: str | Path, where: str, value: Any, field: str = "p") -> float:
+    """A record's capability p_i, which must be a number in [0, 1]; anything else is a `DataError` naming the
+    file, the position and ``field``.
+
+    >>> capability_value("p.jsonl", "line 3", "high")
+    Traceback (most recent call last):
+    ...
+    awarl.errors.DataError: p.jsonl, line 3, field 'p': capability must be a number in [0, 1], got 'high'
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise DataError(path, where, f"capability must be a number in [0, 1], got {value!r}", field)
+    return float(value)
+
+
 def check_unique_ids(path: str | Path, ids: Iterable[tuple[str, str]], what: str = "id") -> None:
     """Refuse an id that appears twice (see `UniqueIds`); ``ids`` are ``(id, where)`` pairs such as
     ``("q1", "line 3")``.

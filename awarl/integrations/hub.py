@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.agent.settings import RolloutSettings
-from awarl.data.records import DataError, QARecord, iter_jsonl, read_json
+from awarl.data.records import DataError, QARecord, capability_value, iter_jsonl, read_json
 from awarl.protocol import build_messages
 
 CARD_KEY = "awarl"
@@ -99,7 +99,7 @@ def capability_dataset(path: str | Path) -> HubDataset:
             raise DataError(path, f"line {lineno}", f"estimated with other {', '.join(changed)} than line 1; a "
                             "dataset holds one estimation run (merge shards of one run only)", f"capability.{changed[0]}")
         record = QARecord.from_dict(raw, path=path, where=f"line {lineno}")
-        rows.append({**_question_columns(record, rollout), "p": float(raw["p"]),
+        rows.append({**_question_columns(record, rollout), "p": capability_value(path, f"line {lineno}", raw["p"]),
                      **{f"rollouts_{name}": cap.get(name) for name in _CAPABILITY_STATS if name != "k"}})
     if provenance is None:
         raise DataError(path, "-", "no rows: nothing to convert")

@@ -144,6 +144,18 @@ class SFTSection:
         if self.source == "trajectories" and not self.trajectories:
             raise ConfigError("sft.source is 'trajectories' but sft.trajectories is empty: set it to the runner's "
                               "JSONL output, or use sft.source: gold")
+        from typing import get_args
+
+        from awarl.protocol import Outcome
+
+        outcomes = get_args(Outcome)  # the protocol scorer's
+        bad = [o for o in self.keep_outcomes if o not in outcomes]
+        if bad:
+            raise ConfigError(f"sft.keep_outcomes: {', '.join(map(repr, bad))} is not an outcome; choose from "
+                              f"{', '.join(outcomes)}" + (f" (did you mean {closest(bad[0], outcomes)!r}?)"
+                                                         if closest(bad[0], outcomes) else ""))
+        if self.args.get("assistant_only_loss") is False:
+            raise ConfigError("sft.args.assistant_only_loss must stay true: tool results must not be trained on")
 
 
 @dataclass

@@ -70,14 +70,16 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, *, base_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     ckpt = Path(checkpoint)
+    dtypes = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in dtypes:
+        raise ExportError(f"--dtype must be one of {', '.join(dtypes)}, got {dtype!r}")
     if not ckpt.is_dir():
         raise ExportError(f"{ckpt}: checkpoint folder not found")
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ExportError(f"{out_dir}: is a file; the export goes into a folder")
     runs = checkpoint_eval_runs(eval_runs, ckpt, Path(out_dir))  # checked before the slow part
     base: str | None = None
-    torch_dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16,
-                   "float16": torch.float16}[dtype]
+    torch_dtype = dtypes[dtype]
     if (ckpt / "adapter_config.json").exists():
         from peft import PeftConfig, PeftModel
 

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from awarl.protocol import build_messages
-from awarl.data.records import DataError, QARecord, iter_jsonl, load_records
+from awarl.data.records import DataError, QARecord, capability_value, iter_jsonl, load_records
 from awarl.llm.spec import checkpoint_folder
 from awarl.train.config import ConfigError, TrainConfig
 
@@ -84,13 +85,11 @@ def read_capability(path: str, config: TrainConfig) -> dict[str, float]:
     for lineno, row in iter_jsonl(path):
         if not isinstance(row.get("id"), str):
             raise DataError(path, f"line {lineno}", "expected a string id", "id")
-        p = row.get(p_field, row.get("p_i"))
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-            raise DataError(path, f"line {lineno}", f"capability must be a number in [0, 1], got {p!r}", p_field)
+        p = capability_value(path, f"line {lineno}", row.get(p_field, row.get("p_i")), p_field)
         measured = row.get("capability")
         if isinstance(measured, dict):
             _check_measured(path, lineno, measured, config)
-        out[row["id"]] = float(p)
+        out[row["id"]] = p
     return out
 
 
@@ -303,6 +302,44 @@ def resume_checkpoint(resume: str | None, output_dir: str | Path) -> Path | None
     return found[-1][1]
 
 
+def started_run(output_dir: str | Path) -> list[str]:
+    """What of a run ``output_dir`` holds (its checkpoints and final model): a fresh start there would delete
+    them, so `main` refuses it without ``resume``."""
+    out = Path(output_dir)
+    held = sorted((p for p in out.glob("checkpoint-*") if _CHECKPOINT_RE.match(p.name)),
+                  key=lambda p: int(_CHECKPOINT_RE.match(p.name).group(1)))  # type: ignore[union-attr]
+    names = [p.name for p in held]
+    if (out / "final" / "config.json").exists():
+        names.append("final")
+    return names
+
+
+RESUME_SAME = ("reward", "rollout")
+"""The recipe sections a resumed run must keep: the checkpoint was trained under them, and the saved recipe
+(``awarl_recipe.yaml``) says so for the whole run."""
+
+
+def check_same_agent(output_dir: str | Path, config: TrainConfig, checkpoint: Path) -> None:
+    """Refuse to resume ``checkpoint`` under another reward or other rollout settings than the run's saved
+    recipe: the run would change its reward mid-way and its recipe would then claim the new one throughout."""
+    from awarl.agent.settings import RECIPE_FILE
+    from awarl.config_fields import read_yaml_file
+
+    saved_path = Path(output_dir) / RECIPE_FILE
+    if not saved_path.is_file():
+        return
+    saved = read_yaml_file(saved_path) or {}
+    now = json.loads(json.dumps(config.to_dict(), default=str))
+    changed = [f"{section}.{key}: {saved.get(section, {}).get(key)!r} -> {now[section].get(key)!r}"
+               for section in RESUME_SAME
+               for key in sorted(set(saved.get(section) or {}) | set(now.get(section) or {}))
+               if (saved.get(section) or {}).get(key) != (now.get(section) or {}).get(key)]
+    if changed:
+        raise ConfigError(f"--resume {checkpoint}: the run was trained under {saved_path}, and this recipe changes "
+                          f"{'; '.join(changed[:4])}{' …' if len(changed) > 4 else ''}; resume with the same reward and "
+                          "rollout settings, or start a new output_dir")
+
+
 # -- main ----------------------------------------------------------------------------------------------------
 def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_callbacks: Sequence[Any] = (),
                   on_log: Callable[[str], None] | None = None):
@@ -332,8 +369,8 @@ def build_trainer(config: TrainConfig, output_dir: str | None = None, extra_call
         log.warning("data.eval_records is set but grpo.eval_strategy is 'no': set grpo.eval_strategy: steps and "
                     "grpo.eval_steps to evaluate during training")
     model, tokenizer = load_model_and_tokenizer(config)
-    config.save(out)  # the resolved recipe beside the checkpoints, before the first step
     environments = env_factory(config)
+    config.save(out)  # the resolved recipe beside the checkpoints, once its inputs opened, before the first step
     callbacks = [PenaltyStateCallback(stateful), HyperparameterCallback(config.hyperparameters()),
                  CollapseWarningCallback(stateful, printer=on_log), *extra_callbacks]
     if config.reward.adaptive_p:
@@ -419,8 +456,15 @@ def main(config: TrainConfig, *, resume: str | None = None, output_dir: str | No
     from awarl.train.callbacks import load_penalty_state
 
     out = Path(output_dir or config.output_dir)
+    checkpoint = resume_checkpoint(resume, out)  # a bad --resume fails before the folder's recipe is rewritten
+    if checkpoint is None:
+        held = started_run(out)
+        if held:
+            raise ConfigError(f"{out} already holds a run ({', '.join(held)}); continue it with --resume latest, or "
+                              "train into another output_dir (or delete that one) to start over")
+    else:
+        check_same_agent(out, config, checkpoint)
     trainer, stateful = build_trainer(config, str(out), extra_callbacks, on_log=on_log)
-    checkpoint = resume_checkpoint(resume, out)
     if checkpoint is not None:
         saved = load_penalty_state(stateful, checkpoint)
         log.info("resuming from %s (step %s, penalty %s)", checkpoint, saved["global_step"], saved["penalty"])

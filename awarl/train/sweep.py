@@ -48,6 +48,21 @@ def plan(config_path: str | Path, gammas: Sequence[float], overrides: Sequence[s
     return runs
 
 
+def _require_same_recipe(final: Path, config: TrainConfig) -> None:
+    """Refuse a finished run whose saved recipe is not ``config``: reusing it (or its evaluation) would report
+    another model under this sweep's settings."""
+    from awarl.agent.settings import RECIPE_FILE
+    from awarl.config_fields import read_yaml_file
+
+    saved = read_yaml_file(final / RECIPE_FILE) if (final / RECIPE_FILE).is_file() else None
+    now = json.loads(json.dumps(config.to_dict(), default=str))
+    if saved != now:
+        changed = sorted(k for k in set(saved or {}) | set(now) if (saved or {}).get(k) != now.get(k))
+        raise ConfigError(f"{final.parent} holds a finished run trained with another recipe (sections differing: "
+                          f"{', '.join(changed) or 'no saved recipe'}); sweep into another --out, or delete it to "
+                          "train again")
+
+
 def sweep_commands(config_path: str | Path, runs: Sequence[SweepRun], accelerate_config: str) -> list[str]:
     """One ``accelerate launch`` command per run, for a cluster scheduler."""
     cmds = []
@@ -78,15 +93,31 @@ def eval_commands(runs: Sequence[SweepRun], eval_data: str | Path, config: Train
 def run_sweep(config_path: str | Path, runs: Sequence[SweepRun], *, eval_data: str | Path | None = None,
               eval_limit: int | None = None, on_log: Callable[[str], None] | None = None) -> list[Path]:
     """Train every run in turn (this process); with ``eval_data``, evaluate each final model and
-    write the comparison report. Returns the final model folders (and the report folder last)."""
+    write the comparison report. Returns the final model folders (and the report folder last).
+
+    Rerunning resumes: a run whose final model was trained under the same recipe is reused (its evaluation
+    then resumes too), one stopped at a checkpoint continues from it, and a run folder trained under another
+    recipe is refused, naming what changed, since its evaluation would describe the other model."""
     from awarl.train import grpo
 
+    if eval_data is not None:  # a wrong file fails now, not after every γ has trained
+        from awarl.data.records import load_records
+
+        load_records(Path(eval_data))
     finals = []
     for run in runs:
-        if on_log:
-            on_log(f"[sweep] gamma={run.gamma:g} -> {run.output_dir}")
         config = TrainConfig.from_yaml(config_path, list(run.overrides))
-        finals.append(grpo.main(config, on_log=on_log))
+        final = Path(config.output_dir) / "final"
+        if (final / "config.json").exists():
+            _require_same_recipe(final, config)
+            if on_log:
+                on_log(f"[sweep] gamma={run.gamma:g}: finished in {run.output_dir}, reused")
+            finals.append(final)
+            continue
+        resume = "latest" if grpo.started_run(config.output_dir) else None
+        if on_log:
+            on_log(f"[sweep] gamma={run.gamma:g} -> {run.output_dir}{' (resuming)' if resume else ''}")
+        finals.append(grpo.main(config, resume=resume, on_log=on_log))
     if eval_data is None:
         return finals
     from awarl.eval.report import build_report

@@ -87,6 +87,12 @@ def test_capability_table_becomes_a_training_dataset(scripted_agent, world_eval_
     mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
     bad = CliRunner().invoke(app, ["export-dataset", str(mixed), "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0 and "line 2" in bad.output and "capability.k" in bad.output
+    rows[1]["capability"]["k"] = rows[0]["capability"]["k"]
+    for p in ("high", 1.7):  # not a capability: refused as `awarl train grpo` refuses it
+        rows[1]["p"] = p
+        mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        bad = CliRunner().invoke(app, ["export-dataset", str(mixed), "--out", str(tmp_path / "x")])
+        assert bad.exit_code == 1 and f"line 2, field 'p': capability must be a number in [0, 1], got {p!r}" in bad.output
 
 
 def test_model_card_round_trips_with_model_index(eval_run, tiny_model_dir, tmp_path):

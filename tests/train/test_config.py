@@ -189,3 +189,14 @@ def test_multinode_launcher_checks_its_inputs():
     missing = subprocess.run(["bash", str(script), "--config", "c.yaml", "--index", "i"], capture_output=True,
                              text=True, env=env)
     assert missing.returncode == 2 and "MACHINE_RANK" in missing.stderr
+
+
+@pytest.mark.parametrize("change, says", [
+    ("sft.keep_outcomes=[correct,abstian]", r"'abstian' is not an outcome; .* \(did you mean 'abstain'\?\)"),
+    ("sft.args.assistant_only_loss=false", "assistant_only_loss must stay true"),
+])
+def test_train_check_refuses_sft_settings_that_train_sft_would(change, says):
+    """`awarl train check` catches them, not `train sft` after the data stage (or never, for a misspelt outcome,
+    which silently dropped every trajectory of that outcome)."""
+    res = CliRunner().invoke(app, ["train", "check", "--config", str(TINY_RECIPE), "--set", change])
+    assert res.exit_code == 2 and re.search(says, res.output), res.output

@@ -40,3 +40,13 @@ def test_export_merges_lora_and_keeps_the_chat_template(tiny_model_dir, tmp_path
 
     missing = CliRunner().invoke(app, ["export", str(tmp_path / "nope"), "--out", str(tmp_path / "x")])
     assert missing.exit_code == 2 and "not found" in missing.output
+
+
+def test_an_unknown_dtype_is_one_error_line(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+
+    res = CliRunner().invoke(app, ["export", str(tiny_model_dir), "--out", str(tmp_path / "x"), "--dtype", "float64"])
+    assert res.exit_code == 2 and "--dtype must be one of auto, float32, bfloat16, float16, got 'float64'" in res.output
+    assert not (tmp_path / "x").exists()

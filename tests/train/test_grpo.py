@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from awarl.data.records import DataError
+from awarl.errors import ConfigError
 from awarl.train import grpo
 from awarl.train.callbacks import PENALTY_STATE_FILE
 from awarl.train.config import TrainConfig
@@ -178,6 +180,18 @@ def test_local_sweep_trains_per_gamma_and_reports(tiny_sft_model_dir, train_file
     assert all((f / "model.safetensors").exists() for f in finals)
     text = (report / "report.md").read_text()
     assert "gamma=0.3" in text and "gamma=1" in text
+    # rerun: the finished runs and their evaluations are reused, not retrained under stale evaluations
+    weights = [(f / "model.safetensors").stat().st_mtime_ns for f in finals]
+    again = sweep.run_sweep(TINY_RECIPE, runs, eval_data=train_files["records"], eval_limit=3)
+    assert again[:-1] == finals and [(f / "model.safetensors").stat().st_mtime_ns for f in finals] == weights
+    changed = sweep.plan(TINY_RECIPE, [1.0], [*overrides, "grpo.learning_rate=0.01"])
+    with pytest.raises(ConfigError, match=r"gamma_1 holds a finished run trained with another recipe \(sections differing: grpo\)"):
+        sweep.run_sweep(TINY_RECIPE, changed, eval_data=train_files["records"], eval_limit=3)
+    with pytest.raises(ConfigError, match="already holds a run"):  # `awarl train grpo` without --resume: not wiped
+        grpo.main(TrainConfig.from_yaml(TINY_RECIPE, list(changed[0].overrides)))
+    with pytest.raises(DataError, match="nope.jsonl"):  # a wrong evaluation file fails before any training
+        sweep.run_sweep(TINY_RECIPE, sweep.plan(TINY_RECIPE, [0.5], overrides), eval_data=tmp_path / "nope.jsonl")
+    assert not (tmp_path / "sweep" / "gamma_0.5").exists()
 
 
 def test_grpo_searches_a_retrieval_server(tiny_sft_model_dir, train_files, tmp_path):
