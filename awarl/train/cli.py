@@ -42,12 +42,14 @@ def sft_command(
     config: Path = _CONFIG,
     overrides: list[str] = _SET,
     out: Path = typer.Option(None, "--out", help="Output folder (default: sft.output_dir or <output_dir>/sft)."),
+    resume: str = typer.Option(None, "--resume", help="'latest' or a checkpoint folder: continue a run that saved "
+                                                       "checkpoints (sft.args.save_strategy: steps) from its step."),
 ) -> None:
     """Cold-start SFT on agent trajectories (tool results masked from the loss)."""
     from awarl.train import sft
 
     cfg = _load(config, overrides)
-    final = sft.main(cfg, output_dir=str(out) if out else None, on_log=typer.echo)
+    final = sft.main(cfg, output_dir=str(out) if out else None, on_log=typer.echo, resume=resume)
     typer.echo(f"SFT model saved to {final}")
 
 

@@ -86,7 +86,17 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, *, base_model
         base = base_model or PeftConfig.from_pretrained(str(ckpt)).base_model_name_or_path
         if not base:
             raise ExportError(f"{ckpt}: LoRA adapter without a base model; pass --base-model")
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch_dtype), str(ckpt))
+        if not base_model and not Path(base).is_dir():
+            # the adapter names its base as training named it, often relative to the folder training ran in
+            # (a demo's "sft/final"): look for it beside the checkpoint and in the folders above it
+            base = next((str(b / base) for b in (ckpt, *ckpt.resolve().parents) if (b / base / "config.json").exists()),
+                        base)
+        try:  # offline: a base that is neither a folder here nor in the local hub cache is an error, not a download
+            loaded = AutoModelForCausalLM.from_pretrained(base, dtype=torch_dtype, local_files_only=True)
+        except OSError:
+            raise ExportError(f"{ckpt}: the adapter's base model {base!r} is neither a model folder here nor in the "
+                              "local model cache; pass --base-model PATH") from None
+        model = PeftModel.from_pretrained(loaded, str(ckpt))
         tok_source = ckpt if (ckpt / "tokenizer_config.json").exists() else Path(base)
     elif (ckpt / "config.json").exists():
         model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch_dtype)

@@ -262,8 +262,8 @@ def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[s
     from awarl.train.grpo import resume_checkpoint, save_final
 
     out = Path(output_dir) if output_dir else config.sft_final().parent
+    checkpoint = resume_checkpoint(resume, out)  # a bad --resume fails before anything is written
     trainer = build_trainer(config, out, on_log)
     config.save(out)
-    checkpoint = resume_checkpoint(resume, out)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     return save_final(trainer, config, out / "final")

@@ -465,7 +465,8 @@ def _main() -> None:
     args = parser.parse_args()
     texts = sample_texts(args.samples)
     if not texts:
-        parser.error(f"no sample files found in {args.samples}")
+        parser.error(f"no sample files found in {args.samples}; point --samples at a folder of official-format "
+                     "files (the repository's data/samples, or a prepared data set's originals)")
     print(f"tiny model -> {build_tiny_model(args.out, texts)}")
 
 

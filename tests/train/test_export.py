@@ -41,6 +41,19 @@ def test_export_merges_lora_and_keeps_the_chat_template(tiny_model_dir, tmp_path
     missing = CliRunner().invoke(app, ["export", str(tmp_path / "nope"), "--out", str(tmp_path / "x")])
     assert missing.exit_code == 2 and "not found" in missing.output
 
+    # the adapter names its base relative to where training ran: found above the checkpoint, never downloaded
+    import json
+    import shutil
+
+    shutil.copytree(tiny_model_dir, tmp_path / "sft" / "final")
+    adapter = json.loads((ckpt / "adapter_config.json").read_text())
+    (ckpt / "adapter_config.json").write_text(json.dumps({**adapter, "base_model_name_or_path": "sft/final"}))
+    result = CliRunner().invoke(app, ["export", str(ckpt), "--out", str(tmp_path / "merged2")])
+    assert result.exit_code == 0, result.output
+    (ckpt / "adapter_config.json").write_text(json.dumps({**adapter, "base_model_name_or_path": "nowhere/model"}))
+    result = CliRunner().invoke(app, ["export", str(ckpt), "--out", str(tmp_path / "merged3")])
+    assert result.exit_code == 2 and "base model 'nowhere/model' is neither a model folder here" in result.output
+
 
 def test_an_unknown_dtype_is_one_error_line(tiny_model_dir, tmp_path):
     from typer.testing import CliRunner

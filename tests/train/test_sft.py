@@ -87,3 +87,14 @@ def test_trajectories_are_rescored_and_filtered(hotpot_prepared, tmp_path):
     write_jsonl(tmp_path / "bad.jsonl", [traj("nope", "x")])
     with pytest.raises(DataError, match="line 1.*record_id"):
         sft.trajectory_conversations(tmp_path / "bad.jsonl", [rec])
+
+
+def test_train_sft_resume_without_a_checkpoint_is_one_error_and_writes_nothing(tmp_path):
+    from typer.testing import CliRunner
+
+    from awarl.cli import app
+
+    res = CliRunner().invoke(app, ["train", "sft", "--config", str(TINY_RECIPE), "--out", str(tmp_path / "sft"),
+                                   "--resume", "latest"])
+    assert res.exit_code == 2 and "--resume latest: no checkpoint-N folder" in res.output
+    assert not (tmp_path / "sft").exists()
