@@ -186,7 +186,7 @@ def _locate_noise(settings: RolloutSettings, folder: Path) -> RolloutSettings:
     noise = settings.world_noise
     if noise is None or Path(noise).is_absolute() or Path(noise).is_file():
         return settings
-    for base in (folder, *folder.parents):
+    for base in (folder, *folder.parents, *folder.resolve().parents):  # relative ones first, then to the root
         if (base / noise).is_file():
             log.info("%s: the world's noise file %s is %s here", folder, noise, base / noise)
             return settings.replace(world_noise=str(base / noise))

@@ -225,7 +225,7 @@ def fingerprint(index: str | Path | None = None, corpus: str | Path | None = Non
 
         count = 0
         for n, row in iter_jsonl(corpus):
-            digest.update(passage_line(Passage.from_dict(row, path=corpus, where=f"line {n}")))
+            digest.update(passage_line(Passage.from_dict(row, path=corpus, where=f"line {n}"), errors="surrogatepass"))
             count += 1
         return {"kind": "corpus", "sha256": digest.hexdigest(), "passages": count, "version": FINGERPRINT_VERSION}
     if records is not None and Path(records).is_file():

@@ -37,9 +37,10 @@ def id_hash(pid: str) -> int:
     return int.from_bytes(hashlib.blake2b(pid.encode("utf-8"), digest_size=8).digest(), "little")
 
 
-def passage_line(p: Passage) -> bytes:
-    """A passage as the store writes it: one JSON line (its bytes are what `awarl.eval.stats.fingerprint` hashes)."""
-    return (json.dumps(p.to_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+def passage_line(p: Passage, errors: str = "strict") -> bytes:
+    """A passage as the store writes it: one JSON line (its bytes are what `awarl.eval.stats.fingerprint` hashes;
+    it passes ``errors="surrogatepass"`` so a lone surrogate escaped in a corpus hashes instead of failing)."""
+    return (json.dumps(p.to_dict(), ensure_ascii=False) + "\n").encode("utf-8", errors)
 
 
 

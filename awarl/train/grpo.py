@@ -306,7 +306,8 @@ def started_run(output_dir: str | Path) -> list[str]:
     """What of a run ``output_dir`` holds (its checkpoints and final model): a fresh start there would delete
     them, so `main` refuses it without ``resume``."""
     out = Path(output_dir)
-    held = sorted((p for p in out.glob("checkpoint-*") if _CHECKPOINT_RE.match(p.name)),
+    held = sorted((p for p in out.glob("checkpoint-*") if _CHECKPOINT_RE.match(p.name)
+                   and (p / "trainer_state.json").exists()),  # one killed while saving is no run (as `--resume` reads)
                   key=lambda p: int(_CHECKPOINT_RE.match(p.name).group(1)))  # type: ignore[union-attr]
     names = [p.name for p in held]
     if (out / "final" / "config.json").exists():
@@ -322,18 +323,24 @@ RESUME_SAME = ("reward", "rollout")
 def check_same_agent(output_dir: str | Path, config: TrainConfig, checkpoint: Path) -> None:
     """Refuse to resume ``checkpoint`` under another reward or other rollout settings than the run's saved
     recipe: the run would change its reward mid-way and its recipe would then claim the new one throughout."""
-    from awarl.agent.settings import RECIPE_FILE
+    import dataclasses
+
+    from awarl.agent.settings import RECIPE_FILE, RolloutSettings
     from awarl.config_fields import read_yaml_file
+    from awarl.rewards.config import RewardConfig
 
     saved_path = Path(output_dir) / RECIPE_FILE
     if not saved_path.is_file():
         return
-    saved = read_yaml_file(saved_path) or {}
-    now = json.loads(json.dumps(config.to_dict(), default=str))
-    changed = [f"{section}.{key}: {saved.get(section, {}).get(key)!r} -> {now[section].get(key)!r}"
-               for section in RESUME_SAME
-               for key in sorted(set(saved.get(section) or {}) | set(now.get(section) or {}))
-               if (saved.get(section) or {}).get(key) != (now.get(section) or {}).get(key)]
+    raw = read_yaml_file(saved_path) or {}
+    # both through their classes, defaults filled in: a field added to awarl since the run started is no change
+    saved = {"reward": RewardConfig.from_dict(raw.get("reward") or {}, f"{saved_path}: reward"),
+             "rollout": RolloutSettings.from_dict(raw.get("rollout") or {}, f"{saved_path}: rollout")}
+    before = {k: json.loads(json.dumps(dataclasses.asdict(v), default=str)) for k, v in saved.items()}
+    now = {k: json.loads(json.dumps(dataclasses.asdict(getattr(config, k)), default=str)) for k in RESUME_SAME}
+    changed = [f"{section}.{key}: {before[section].get(key)!r} -> {now[section].get(key)!r}"
+               for section in RESUME_SAME for key in sorted(set(before[section]) | set(now[section]))
+               if before[section].get(key) != now[section].get(key)]
     if changed:
         raise ConfigError(f"--resume {checkpoint}: the run was trained under {saved_path}, and this recipe changes "
                           f"{'; '.join(changed[:4])}{' …' if len(changed) > 4 else ''}; resume with the same reward and "

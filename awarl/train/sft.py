@@ -18,6 +18,7 @@ retriever.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
@@ -263,6 +264,9 @@ def main(config: TrainConfig, output_dir: str | None = None, on_log: Callable[[s
 
     out = Path(output_dir) if output_dir else config.sft_final().parent
     checkpoint = resume_checkpoint(resume, out)  # a bad --resume fails before anything is written
+    if Path(config.sft.output_dir or "") != out:  # the recipe saved with the model names the folder SFT wrote to
+        config = copy.deepcopy(config)
+        config.sft.output_dir = str(out)
     trainer = build_trainer(config, out, on_log)
     config.save(out)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)

@@ -378,6 +378,9 @@ def test_a_checkpoint_read_from_outside_its_run_folder_finds_the_world_noise(tmp
     assert load_rollout(Path("demo/grpo/awa/final")).world_noise == str(Path("demo/world/noise.json"))
     monkeypatch.chdir(demo)  # inside the demo, as the demo names it
     assert load_rollout(Path("grpo/awa/final")).world_noise == "world/noise.json"
+    monkeypatch.chdir(demo / "grpo" / "awa")  # inside the arm's folder: above the working folder too
+    assert load_rollout(Path("final")).world_noise == str((demo / "world" / "noise.json").resolve())
+    monkeypatch.chdir(demo)
     # on the command line "null" means none, and a noise file that is not there is one error, before any run starts
     off = rollout_from(Path("grpo/awa/final"), {"world_noise": "null", "system_prompt": "null"})
     assert off.world_noise is None and off.system_prompt is None and off.topk == 2

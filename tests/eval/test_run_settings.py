@@ -102,3 +102,5 @@ def test_an_index_and_the_corpus_it_was_built_from_have_one_fingerprint_and_a_ch
     assert index["sha256"] == corpus["sha256"] and index["passages"] == corpus["passages"] == 2
     assert fingerprint(index=tmp_path / "changed-index")["sha256"] != index["sha256"]
     assert fingerprint(corpus=tmp_path / "changed.jsonl")["sha256"] != corpus["sha256"]
+    (tmp_path / "odd.jsonl").write_text('{"id": "p1", "title": "x", "text": "a lone \\ud800 surrogate"}\n')
+    assert fingerprint(corpus=tmp_path / "odd.jsonl")["passages"] == 1  # hashed, not a UnicodeEncodeError

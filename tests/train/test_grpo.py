@@ -354,3 +354,14 @@ def test_grpo_with_adaptive_p_records_updates_and_resumes(tiny_sft_model_dir, tr
         return saved
 
     assert without_seconds(resumed / "checkpoint-2") == without_seconds(whole / "checkpoint-2")
+
+
+def test_a_checkpoint_killed_while_saving_is_no_run_to_refuse(tmp_path):
+    """Transformers writes trainer_state.json last: a folder without it is what a kill during the first save
+    leaves, which `--resume latest` cannot use either, so a fresh start there is not refused."""
+    (tmp_path / "checkpoint-20").mkdir()
+    assert grpo.started_run(tmp_path) == []
+    (tmp_path / "checkpoint-20" / "trainer_state.json").write_text("{}")
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "config.json").write_text("{}")
+    assert grpo.started_run(tmp_path) == ["checkpoint-20", "final"]

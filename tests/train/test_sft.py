@@ -98,3 +98,19 @@ def test_train_sft_resume_without_a_checkpoint_is_one_error_and_writes_nothing(t
                                    "--resume", "latest"])
     assert res.exit_code == 2 and "--resume latest: no checkpoint-N folder" in res.output
     assert not (tmp_path / "sft").exists()
+
+
+def test_an_sft_model_written_elsewhere_is_reported_as_sft(tiny_model_dir, train_files, tmp_path):
+    """`awarl train sft --out DIR`: the recipe saved with the model names DIR, so a report of DIR/final says
+    "SFT only", not the reward the recipe names for GRPO."""
+    from awarl.eval.run import checkpoint_hyperparameters
+
+    cfg = TrainConfig.from_yaml(TINY_RECIPE, [
+        f"sft.init_from={tiny_model_dir}", f"data.records={train_files['records']}",
+        f"data.corpus={train_files['corpus']}", "data.limit=4", "logging.report_to=[none]",
+        "sft.args.max_steps=1", "sft.args.per_device_train_batch_size=2", "sft.args.save_strategy=no",
+    ])
+    final = sft.main(cfg, output_dir=str(tmp_path / "mysft"))
+    saved = checkpoint_hyperparameters(str(final))
+    assert saved["stage"] == "sft" and "reward/kind" not in saved
+    assert cfg.sft.output_dir != str(tmp_path / "mysft")  # the caller's recipe is left as it was
