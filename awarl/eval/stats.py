@@ -208,7 +208,7 @@ def fingerprint(index: str | Path | None = None, corpus: str | Path | None = Non
     file's rows, so a run on an index and a run on the corpus it was built from get one fingerprint, and a
     changed text gets another. Where the run searched the data file's own passages, that file's bytes
     (``records``). None for a remote retriever."""
-    from awarl.search.store import PASSAGES_FILE, passage_line
+    from awarl.search.store import PASSAGES_FILE, PASSAGES_SHA_FILE, passage_line
 
     digest = hashlib.sha256()
     if index is not None and Path(index).is_dir():
@@ -217,9 +217,15 @@ def fingerprint(index: str | Path | None = None, corpus: str | Path | None = Non
         meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
         if not (folder / PASSAGES_FILE).is_file():
             return None
-        _hash_file(digest, folder / PASSAGES_FILE)
-        return {"kind": "index", "sha256": digest.hexdigest(), "passages": meta.get("passages"),
-                "version": FINGERPRINT_VERSION}
+        try:  # the hash the store wrote with its passages, while the file is the one it hashed
+            recorded = json.loads((folder / PASSAGES_SHA_FILE).read_text(encoding="utf-8"))
+            sha = recorded["sha256"] if recorded["bytes"] == (folder / PASSAGES_FILE).stat().st_size else None
+        except (OSError, ValueError, KeyError, TypeError):
+            sha = None
+        if sha is None:
+            _hash_file(digest, folder / PASSAGES_FILE)
+            sha = digest.hexdigest()
+        return {"kind": "index", "sha256": sha, "passages": meta.get("passages"), "version": FINGERPRINT_VERSION}
     if corpus is not None and Path(corpus).is_file():
         from awarl.data.records import Passage, iter_jsonl
 

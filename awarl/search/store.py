@@ -31,6 +31,9 @@ PASSAGES_FILE = "passages.jsonl"
 OFFSETS_FILE = "passages.offsets.npy"
 IDHASH_FILE = "passages.idhash.npy"
 IDROW_FILE = "passages.idrow.npy"
+PASSAGES_SHA_FILE = "passages.sha256.json"
+"""The SHA-256 of `PASSAGES_FILE` and its size, written with it, so `awarl.eval.stats.fingerprint` need not read
+a large store on every evaluation."""
 
 
 def id_hash(pid: str) -> int:
@@ -184,6 +187,7 @@ class PassageWriter:
         self._buf = array("q", [0])
         self._hashes = array("Q")
         self._pos = 0
+        self._digest = hashlib.sha256()
         self.count = 0
 
     def __enter__(self) -> "PassageWriter":
@@ -199,6 +203,7 @@ class PassageWriter:
     def add(self, p: Passage) -> None:
         line = passage_line(p)
         self._fh.write(line)
+        self._digest.update(line)
         self._pos += len(line)
         self._buf.append(self._pos)
         self._hashes.append(id_hash(p.id))
@@ -213,6 +218,8 @@ class PassageWriter:
 
     def close(self) -> None:
         self._fh.close()
+        (self.out_dir / PASSAGES_SHA_FILE).write_text(
+            json.dumps({"sha256": self._digest.hexdigest(), "bytes": self._pos}) + "\n", encoding="utf-8")
         self._buf.tofile(self._spill)
         self._spill.flush()
         self._spill.seek(0)

@@ -101,6 +101,14 @@ def test_an_index_and_the_corpus_it_was_built_from_have_one_fingerprint_and_a_ch
     index, corpus = fingerprint(index=tmp_path / "corpus-index"), fingerprint(corpus=tmp_path / "corpus.jsonl")
     assert index["sha256"] == corpus["sha256"] and index["passages"] == corpus["passages"] == 2
     assert fingerprint(index=tmp_path / "changed-index")["sha256"] != index["sha256"]
+    sidecar = tmp_path / "corpus-index" / "passages.sha256.json"  # written with the passages: read, not recomputed
+    recorded = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**recorded, "sha256": "0" * 64}))
+    assert fingerprint(index=tmp_path / "corpus-index")["sha256"] == "0" * 64
+    sidecar.write_text(json.dumps({**recorded, "sha256": "0" * 64, "bytes": recorded["bytes"] + 1}))  # another file
+    assert fingerprint(index=tmp_path / "corpus-index")["sha256"] == index["sha256"]
+    sidecar.unlink()  # an index written before the store recorded it
+    assert fingerprint(index=tmp_path / "corpus-index")["sha256"] == index["sha256"]
     assert fingerprint(corpus=tmp_path / "changed.jsonl")["sha256"] != corpus["sha256"]
     (tmp_path / "odd.jsonl").write_text('{"id": "p1", "title": "x", "text": "a lone \\ud800 surrogate"}\n')
     assert fingerprint(corpus=tmp_path / "odd.jsonl")["passages"] == 1  # hashed, not a UnicodeEncodeError
