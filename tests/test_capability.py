@@ -111,10 +111,6 @@ def test_estimate_k2_with_resume_after_crash(prepared, backend, tmp_path):
         estimate(other, backend=backend, progress=False)
 
 
-def _without_timing(row: dict) -> dict:
-    return {**row, "capability": {k: v for k, v in row["capability"].items() if k != "seconds"}}
-
-
 @pytest.fixture(scope="module")
 def world_records(world_prepared, tmp_path_factory) -> Path:
     """records.jsonl (6 held-out questions of the test world, which the warm-started model answers right,
