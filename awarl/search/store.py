@@ -46,7 +46,6 @@ def passage_line(p: Passage, errors: str = "strict") -> bytes:
     return (json.dumps(p.to_dict(), ensure_ascii=False) + "\n").encode("utf-8", errors)
 
 
-
 def _id_prefix(pid: str) -> bytes:
     """How the line of passage ``pid`` starts (`Passage.to_dict` puts the id first)."""
     return ('{"id": ' + json.dumps(pid, ensure_ascii=False) + ",").encode("utf-8")

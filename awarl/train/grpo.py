@@ -320,27 +320,32 @@ RESUME_SAME = ("reward", "rollout")
 (``awarl_recipe.yaml``) says so for the whole run."""
 
 
+def recipe_changes(saved_path: Path, config: TrainConfig, sections: Sequence[str] | None = None) -> list[str]:
+    """How ``config`` differs from the recipe saved at ``saved_path`` (``"section.key: saved -> now"``), in
+    ``sections`` (default all). Both go through `TrainConfig`, defaults filled in, so a field added to awarl
+    since the run started is no change."""
+    from awarl.config_fields import read_yaml_file
+
+    saved = TrainConfig.from_dict(read_yaml_file(saved_path) or {}, source=str(saved_path)).to_dict()
+    now = config.to_dict()
+    before, after = (json.loads(json.dumps(d, default=str)) for d in (saved, now))
+    changed = []
+    for section in sections or sorted(set(before) | set(after)):
+        a, b = before.get(section), after.get(section)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += [f"{section}.{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        elif a != b:
+            changed.append(f"{section}: {a!r} -> {b!r}")
+    return changed
+
+
 def check_same_agent(output_dir: str | Path, config: TrainConfig, checkpoint: Path) -> None:
     """Refuse to resume ``checkpoint`` under another reward or other rollout settings than the run's saved
     recipe: the run would change its reward mid-way and its recipe would then claim the new one throughout."""
-    import dataclasses
-
-    from awarl.agent.settings import RECIPE_FILE, RolloutSettings
-    from awarl.config_fields import read_yaml_file
-    from awarl.rewards.config import RewardConfig
+    from awarl.agent.settings import RECIPE_FILE
 
     saved_path = Path(output_dir) / RECIPE_FILE
-    if not saved_path.is_file():
-        return
-    raw = read_yaml_file(saved_path) or {}
-    # both through their classes, defaults filled in: a field added to awarl since the run started is no change
-    saved = {"reward": RewardConfig.from_dict(raw.get("reward") or {}, f"{saved_path}: reward"),
-             "rollout": RolloutSettings.from_dict(raw.get("rollout") or {}, f"{saved_path}: rollout")}
-    before = {k: json.loads(json.dumps(dataclasses.asdict(v), default=str)) for k, v in saved.items()}
-    now = {k: json.loads(json.dumps(dataclasses.asdict(getattr(config, k)), default=str)) for k in RESUME_SAME}
-    changed = [f"{section}.{key}: {before[section].get(key)!r} -> {now[section].get(key)!r}"
-               for section in RESUME_SAME for key in sorted(set(before[section]) | set(now[section]))
-               if before[section].get(key) != now[section].get(key)]
+    changed = recipe_changes(saved_path, config, RESUME_SAME) if saved_path.is_file() else []
     if changed:
         raise ConfigError(f"--resume {checkpoint}: the run was trained under {saved_path}, and this recipe changes "
                           f"{'; '.join(changed[:4])}{' …' if len(changed) > 4 else ''}; resume with the same reward and "

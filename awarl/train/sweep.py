@@ -52,15 +52,17 @@ def _require_same_recipe(final: Path, config: TrainConfig) -> None:
     """Refuse a finished run whose saved recipe is not ``config``: reusing it (or its evaluation) would report
     another model under this sweep's settings."""
     from awarl.agent.settings import RECIPE_FILE
-    from awarl.config_fields import read_yaml_file
+    from awarl.train.grpo import recipe_changes
 
-    saved = read_yaml_file(final / RECIPE_FILE) if (final / RECIPE_FILE).is_file() else None
-    now = json.loads(json.dumps(config.to_dict(), default=str))
-    if saved != now:
-        changed = sorted(k for k in set(saved or {}) | set(now) if (saved or {}).get(k) != now.get(k))
+    if not (final / RECIPE_FILE).is_file():
+        raise ConfigError(f"{final.parent} holds a finished run with no saved recipe; sweep into another --out, or "
+                          "delete it to train again")
+    changed = recipe_changes(final / RECIPE_FILE, config)
+    if changed:
+        sections = sorted({c.split(".")[0].split(":")[0] for c in changed})
         raise ConfigError(f"{final.parent} holds a finished run trained with another recipe (sections differing: "
-                          f"{', '.join(changed) or 'no saved recipe'}); sweep into another --out, or delete it to "
-                          "train again")
+                          f"{', '.join(sections)}): {'; '.join(changed[:3])}; sweep into another --out, or delete "
+                          "it to train again")
 
 
 def sweep_commands(config_path: str | Path, runs: Sequence[SweepRun], accelerate_config: str) -> list[str]:
