@@ -14,7 +14,8 @@ returns one (a `functools.partial`), so two runs in one process never share sett
 
 With ``RolloutSettings.world_noise`` (a world v2's noise.json), the tool applies the world's search
 noise (`awarl.data.world_noise`): silent conflicting passages drawn once per rollout and visible
-failures drawn per call, both seeded by (record id, rollout seed). The rollout seed is the row's
+failures drawn per call, both seeded by (record id, rollout seed), and, where the world draws them,
+the rollout's city names (a query naming one searches the city it stands for). The rollout seed is the row's
 ``rollout_seed`` column when the caller passes one (the runner does: capability p_i and evaluation
 give sample k of a record the same seed for the same run seed); otherwise it counts the rollouts of
 each record id made by this factory's environments (TRL's GRPO rollouts: 0, 1, 2, ... per question).
@@ -124,7 +125,8 @@ class SearchEnv:
             self.over_budget += 1
             return BUDGET_MESSAGE.format(n=len(self.queries))
         allowed = None if self._allowed is None else [self._allowed]
-        hits = self._retriever.search([query], self._settings.topk, allowed=allowed)[0]
+        searched = self._noise.world_query(query) if self._noise is not None else query
+        hits = self._retriever.search([searched], self._settings.topk, allowed=allowed)[0]
         if self._noise is not None:
             hits = self._noise.apply(hits)
         self.queries.append(query)
@@ -177,6 +179,14 @@ def tool_schema() -> dict[str, Any]:
     return get_json_schema(SearchEnv.search)
 
 
+def shown_text(env: SearchEnv, text: str) -> str:
+    """``text`` with each city under the name ``env``'s current rollout shows for it (unchanged unless the
+    world draws city names per rollout): what a user who read this rollout's results would write. A function,
+    not a method: every public method of `SearchEnv` is a tool."""
+    noise = getattr(env, "_noise", None)
+    return noise.shown(text) if noise is not None else text
+
+
 def search_env_factory(retriever: Retriever, settings: RolloutSettings | None = None) -> Callable[[], SearchEnv]:
     """A zero-argument callable making `SearchEnv` instances over ``retriever`` with ``settings``
     (TRL's ``environment_factory`` contract; the runner takes the same)."""
@@ -185,4 +195,4 @@ def search_env_factory(retriever: Retriever, settings: RolloutSettings | None = 
     return functools.partial(SearchEnv, retriever, settings, {})
 
 
-__all__ = ["SearchEnv", "search_env_factory", "tool_schema", "BUDGET_MESSAGE", "NO_RESULTS_MESSAGE", "EMPTY_QUERY_MESSAGE"]
+__all__ = ["SearchEnv", "search_env_factory", "shown_text", "tool_schema", "BUDGET_MESSAGE", "NO_RESULTS_MESSAGE", "EMPTY_QUERY_MESSAGE"]

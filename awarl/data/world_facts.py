@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from awarl.data.records import Passage
-from awarl.data.world_noise import TIE_ORDERS
+from awarl.data.world_noise import CITY_NAMES, TIE_ORDERS
 from awarl.errors import ConfigError
 from awarl.protocol import parse_results
 
@@ -83,6 +83,10 @@ class WorldConfig:
     # order is drawn per (question, rollout seed), so a reader that follows the first namesake shown has p_i = u_q
     # on each question, where with "index" it has 0 or 1 - f (docs/fidelity.md, "By kind of question")
     tie_order: str = "index"
+    # "world": a city has one name; "rollout": the search tool shows the cities under names drawn per (question,
+    # rollout seed), the same within the rollout, so a policy cannot tie what it learned to the names of one split's
+    # cities (docs/benchmarks.md, "Where the refusal gap comes from")
+    city_names: str = "world"
 
     def __post_init__(self) -> None:
         v2 = self.version == 2
@@ -107,6 +111,10 @@ class WorldConfig:
             raise WorldError(f"WorldConfig.tie_order must be one of {', '.join(TIE_ORDERS)}, got {self.tie_order!r}")
         if self.tie_order != "index" and not v2:
             raise WorldError("WorldConfig.tie_order: 'rollout' needs version 2 (its search tool's noise draws the order)")
+        if self.city_names not in CITY_NAMES:
+            raise WorldError(f"WorldConfig.city_names must be one of {', '.join(CITY_NAMES)}, got {self.city_names!r}")
+        if self.city_names != "world" and not v2:
+            raise WorldError("WorldConfig.city_names: 'rollout' needs version 2 (its search tool's noise draws the names)")
         self.profiles()  # the ceilings mix parses
 
     def profiles(self) -> list[tuple[int, int, float, float]]:
@@ -150,8 +158,9 @@ class WorldConfig:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["split"] = list(self.split)
-        if self.tie_order == "index":  # only when set, so worlds written before the knob existed still match
-            del out["tie_order"]
+        for knob, default in (("tie_order", "index"), ("city_names", "world")):
+            if out[knob] == default:  # only when set, so worlds written before the knob existed still match
+                del out[knob]
         return out
 
 

@@ -21,6 +21,12 @@ with `RolloutNoise`.
   id), the same on every call of the rollout. With the index's order a reader that follows the first
   namesake shown is right on a question in every rollout or in none; with this one it is right in j/m of
   them, so its p_i on the question is its ceiling u_q.
+- City names (``city_names: rollout``, a world knob, off by default): the tool shows every city under a name
+  drawn per (record id, rollout seed), a permutation of the world's city names, the same on every call of the
+  rollout; a query naming a shown name searches the city it stands for. A near-miss pair (a city and its
+  one-letter variant, the city's name plus "s") keeps that form. Ids, countries and persons keep theirs, so
+  answers and citations score as before. Without it a policy trained on one split's questions can tie what it
+  learned (when to abstain) to that split's city names, which a held-out split never shows.
 
 Draws are hashes (SHA-256) of their keys, so they do not depend on the process, the order of the
 rollouts or Python's hash seed. A record the table does not list (real data, a chatbot question)
@@ -37,9 +43,11 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +55,7 @@ from awarl.errors import ConfigError
 
 NOISE_FILE = "noise.json"
 TIE_ORDERS = ("index", "rollout")  # the order of passages of equal score: the index's, or drawn per rollout
+CITY_NAMES = ("world", "rollout")  # a city's name in search results: its own, or drawn per rollout
 
 
 class NoiseFileError(ConfigError):
@@ -76,12 +85,15 @@ class NoiseTable:
     visible_failure: float
     questions: dict[str, QuestionNoise]
     tie_order: str = "index"  # "rollout": tied passages of a listed question in an order drawn per rollout
+    cities: tuple[str, ...] = ()  # the names a listed question's rollouts permute (none: every city keeps its name)
 
     @classmethod
     def from_world(cls, world: Any) -> "NoiseTable":
+        cities = sorted(place for place, level in world.levels.items() if level == "city")
         return cls(world.config.visible_failure,
                    {rid: QuestionNoise(spec["silent"], dict(spec["swap"]), tuple(spec["fragile"]))
-                    for rid, spec in world.noise.items()}, world.config.tie_order)
+                    for rid, spec in world.noise.items()}, world.config.tie_order,
+                   tuple(cities) if world.config.city_names == "rollout" else ())
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"visible_failure": self.visible_failure,
@@ -89,7 +101,25 @@ class NoiseTable:
                                              for rid, q in self.questions.items()}}
         if self.tie_order != "index":  # only when set: files written before the field existed read the same
             out["tie_order"] = self.tie_order
+        if self.cities:
+            out["cities"] = list(self.cities)
         return out
+
+    @cached_property
+    def name_classes(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The cities a rollout renames, as (plain cities, near-miss bases): a base's one-letter variant (its
+        name plus "s") follows the base's new name, so the pair stays one letter apart."""
+        names = set(self.cities)
+        bases = tuple(sorted(c for c in names if c + "s" in names))
+        variants = {b + "s" for b in bases}
+        return tuple(sorted(names - set(bases) - variants)), bases
+
+    @cached_property
+    def name_pattern(self) -> re.Pattern[str] | None:
+        """One regular expression matching any city name as a whole word (longest first)."""
+        if not self.cities:
+            return None
+        return re.compile(r"\b(" + "|".join(re.escape(c) for c in sorted(self.cities, key=len, reverse=True)) + r")\b")
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -121,7 +151,10 @@ class NoiseTable:
         order = raw.get("tie_order", "index")
         if order not in TIE_ORDERS:
             raise NoiseFileError(f"{path}: tie_order must be one of {', '.join(TIE_ORDERS)}, got {order!r}")
-        return cls(v, questions, order)
+        cities = raw.get("cities", [])
+        if not isinstance(cities, list) or not all(isinstance(c, str) and re.fullmatch(r"\w+", c) for c in cities):
+            raise NoiseFileError(f"{path}: cities must be a list of one-word city names, got {str(cities)[:80]}")
+        return cls(v, questions, order, tuple(cities))
 
 
 @lru_cache(maxsize=4)
@@ -142,11 +175,37 @@ class RolloutNoise:
         self.silent = self.spec is not None and draw(self.record_id, self.rollout_seed, "silent") < self.spec.silent
         self.calls = 0
         self.failed_calls: list[int] = []
+        self.names = self._draw_names(table) if self.spec is not None and table.cities else {}
+        self._pattern = table.name_pattern
+        self._world_names = {shown: name for name, shown in self.names.items()}
+
+    def _draw_names(self, table: NoiseTable) -> dict[str, str]:
+        """This rollout's city names: world name -> shown name (a permutation within each class of
+        `NoiseTable.name_classes`), seeded by (record id, rollout seed) alone."""
+        rng = random.Random(f"{self.record_id}\x1f{self.rollout_seed}\x1fnames")  # a str seed: the same in every process
+        plain, bases = table.name_classes
+        names = dict(zip(plain, rng.sample(plain, len(plain))))
+        for base, shown in zip(bases, rng.sample(bases, len(bases))):
+            names[base], names[base + "s"] = shown, shown + "s"
+        return names
+
+    def world_query(self, query: str) -> str:
+        """The query the index searches: each city name this rollout shows, replaced by the city it stands for."""
+        if not self.names:
+            return query
+        return self._pattern.sub(lambda m: self._world_names.get(m.group(1), m.group(1)), query)
+
+    def shown(self, text: str) -> str:
+        """``text`` with each city under the name this rollout shows for it."""
+        if not self.names:
+            return text
+        return self._pattern.sub(lambda m: self.names.get(m.group(1), m.group(1)), text)
 
     def apply(self, hits: Sequence[Any]) -> list[Any]:
         """The result this call shows: ``hits`` (each with ``.passage`` and ``.score``) less the question's
         country passages when the call fails visibly, with their conflicting text when the rollout is noisy,
-        tied passages in this rollout's order when the table's ``tie_order`` is ``rollout``."""
+        tied passages in this rollout's order when the table's ``tie_order`` is ``rollout``, and every city under
+        this rollout's name for it when the table lists ``cities``."""
         call, self.calls = self.calls, self.calls + 1
         if self.spec is None:
             return list(hits)
@@ -161,6 +220,9 @@ class RolloutNoise:
                    if h.passage.id in self.spec.swap else h for h in out]
         if self.tie_order == "rollout":
             out = self._ties_in_rollout_order(out)
+        if self.names:
+            out = [dataclasses.replace(h, passage=dataclasses.replace(h.passage, title=self.shown(h.passage.title),
+                                                                      text=self.shown(h.passage.text))) for h in out]
         return out
 
     def _ties_in_rollout_order(self, hits: list[Any]) -> list[Any]:
@@ -172,5 +234,5 @@ class RolloutNoise:
         return [h for _, run in itertools.groupby(hits, key=lambda h: h.score) for h in sorted(run, key=key)]
 
 
-__all__ = ["NOISE_FILE", "TIE_ORDERS", "NoiseFileError", "NoiseTable", "QuestionNoise", "RolloutNoise", "draw",
+__all__ = ["CITY_NAMES", "NOISE_FILE", "TIE_ORDERS", "NoiseFileError", "NoiseTable", "QuestionNoise", "RolloutNoise", "draw",
            "load_noise"]

@@ -390,16 +390,17 @@ def namesake_cities(world: World, q: Question) -> list[str]:
 
 
 def clarified_conversation_v2(world: World, q: Question, search: Callable[[str], str], user: str,
-                              system_prompt: str | None = None) -> list[dict]:
+                              system_prompt: str | None = None, *, city: str | None = None) -> list[dict]:
     """What the best reader does when the user has already said which namesake is meant: ``user`` is the
     question with the user's reply (`awarl.chat.prompts.Prompts.agent_question`, as the chatbot asks the
     agent again), which names the city of ``q``'s relation. So the person's search is not needed: search
     that city's country (again while no country passage came back and the budget allows) and answer what
-    it states, citing it, else abstain."""
+    it states, citing it, else abstain. ``city``: the name the user gave (default the world's; a world that draws
+    city names per rollout shows another)."""
     from awarl.protocol import build_messages
 
     messages = build_messages(user, system_prompt)
-    city = asked_city(world, q)
+    city = city or asked_city(world, q)
     country = re.compile(rf"{re.escape(city)} is a city in the country (\w+)\.")
     link = None
     for _ in range(world.config.max_searches):

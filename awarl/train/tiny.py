@@ -338,10 +338,13 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
             add(q, gold_conversation(world, q, env.search, system_prompt, first=first, guess=guess), f"{q.id}/renamed")
             user = clarified_question(world, q) if clarified_share else None
             if user is not None and random.Random(f"{q.id}/clarified").random() < clarified_share:
-                from awarl.data.world_v2 import clarified_conversation_v2
+                from awarl.agent.env import shown_text
+                from awarl.data.world_v2 import asked_city, clarified_conversation_v2
 
                 env.reset(id=record_id(q), question=user, passages=[])
-                add(q, clarified_conversation_v2(world, q, env.search, user, system_prompt), f"{q.id}/clarified/renamed")
+                # the user names the city as this rollout's results show it (the world's name unless it draws names)
+                add(q, clarified_conversation_v2(world, q, env.search, shown_text(env, user), system_prompt,
+                                                 city=shown_text(env, asked_city(world, q))), f"{q.id}/clarified/renamed")
     return rows
 
 

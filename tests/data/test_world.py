@@ -746,3 +746,84 @@ def test_audit_rank1_reader_under_rollout_tie_order(tmp_path):
     assert rollout.check("middle share, rank-1 reader").value == rollout.check("middle share, random reader").value > 0.3
     assert rollout.check("middle share, consistent reader").value == 0.0  # following one person is still 0 or 1
     assert rollout.check("mean(u)").value == index_order.check("mean(u)").value and rollout.ok
+
+
+# -- city names drawn per rollout --------------------------------------------------------------------------------
+def test_city_names_are_drawn_per_rollout_and_a_query_searches_the_city_it_names():
+    from awarl.data.world_noise import NoiseTable, QuestionNoise, RolloutNoise
+    from awarl.search.retriever import Hit, Passage
+
+    cities = ("Tavok", "Pusop", "Defim", "Farek", "Fareks", "Norim", "Norims")
+    swap = {"d2": "Tavok is a city in the country Ruvia."}
+    table = NoiseTable(0.0, {"q1": QuestionNoise(1.0, swap, ())}, "index", cities)
+    assert table.name_classes == (("Defim", "Pusop", "Tavok"), ("Farek", "Norim"))
+    hits = [Hit(Passage("d1", "Ann Lee", "Ann Lee lives in Pusop."), 2.0),
+            Hit(Passage("d2", "Pusop", "Pusop is a city in the country Morland."), 1.0),
+            Hit(Passage("d3", "Farek", "Farek is near Fareks and Pusopia."), 0.5)]
+    seen = set()
+    for seed in range(40):
+        noise = RolloutNoise(table, "q1", seed)
+        shown = noise.apply(hits)
+        assert [h.passage.id for h in shown] == ["d1", "d2", "d3"] and noise.apply(hits) == shown  # fixed in the rollout
+        city = shown[0].passage.text.split()[-1].rstrip(".")
+        assert city == noise.names["Pusop"] and noise.world_query(f"country {city}") == "country Pusop"
+        assert shown[1].passage.text == f"{noise.names['Tavok']} is a city in the country Ruvia."  # the silent swap, renamed
+        base = shown[2].passage.title
+        assert base in ("Farek", "Norim") and shown[2].passage.text == f"{base} is near {base}s and Pusopia."
+        assert shown[0].passage.title == "Ann Lee"  # persons, countries and words that merely contain a name keep theirs
+        seen.add(city)
+    assert seen == {"Tavok", "Pusop", "Defim"}
+    # A record the table does not list (a chatbot question) sees the world's names; so does a table without cities.
+    assert RolloutNoise(table, "other", 0).apply(hits) == hits
+    plain = RolloutNoise(NoiseTable(0.0, {"q1": QuestionNoise(0.0, {}, ())}), "q1", 0)
+    assert plain.apply(hits) == hits and plain.world_query("country Pusop") == "country Pusop"
+
+
+def test_city_names_knob_round_trips_and_is_refused_where_it_cannot_apply(tmp_path):
+    from awarl.data.world_noise import NoiseFileError, NoiseTable
+
+    assert "city_names" not in WorldConfig(version=2).to_dict()  # worlds written before the knob still match
+    cfg = WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0, city_names="rollout")
+    assert WorldConfig.from_dict(cfg.to_dict()) == cfg
+    world = generate_world(cfg)
+    files = write_world(world, tmp_path / "w")
+    table = NoiseTable.load(files["noise"])
+    assert set(table.cities) == {c for c, level in world.levels.items() if level == "city"}
+    plain = write_world(generate_world(WorldConfig(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0)), tmp_path / "p")
+    assert "cities" not in json.loads(plain["noise"].read_text(encoding="utf-8"))
+    assert files["corpus"].read_bytes() == plain["corpus"].read_bytes()  # the tool changes, not the world
+    with pytest.raises(WorldError, match="city_names"):
+        WorldConfig(version=2, city_names="shuffled")
+    with pytest.raises(WorldError, match="needs version 2"):
+        WorldConfig(version=1, city_names="rollout")
+    bad = json.loads(files["noise"].read_text(encoding="utf-8")) | {"cities": ["Two words"]}
+    (tmp_path / "bad.json").write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(NoiseFileError, match="bad.json: cities"):
+        NoiseTable.load(tmp_path / "bad.json")
+
+
+def test_gold_conversations_read_the_same_facts_under_rollout_city_names(tmp_path):
+    """Through the real tool and BM25: the best reader answers and cites exactly as with the world's names,
+    while the results it read name the cities otherwise; the clarified conversation's user names the city as
+    the rollout shows it, and its answer is the same too."""
+    from awarl.agent.env import search_env_factory
+    from awarl.agent.settings import RolloutSettings
+    from awarl.search.bm25 import BM25Index
+    from awarl.train.tiny import world_trajectories
+
+    base = dict(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=1)
+    runs = {}
+    for names in ("world", "rollout"):
+        world = generate_world(WorldConfig(**base, city_names=names))
+        files = write_world(world, tmp_path / names)
+        settings = RolloutSettings(topk=3, max_searches=3, world_noise=str(files["noise"]))
+        env = search_env_factory(BM25Index.build(world.passages), settings)
+        runs[names] = world_trajectories(world, env, ("sft",), clarified_share=1.0)
+    assert len(runs["world"]) == len(runs["rollout"]) > 60
+    assert [r["messages"][-1]["content"] for r in runs["world"]] == [r["messages"][-1]["content"] for r in runs["rollout"]]
+    tools = [(a["content"], b["content"]) for x, y in zip(runs["world"], runs["rollout"])
+             for a, b in zip(x["messages"], y["messages"]) if a["role"] == "tool"]
+    assert sum(a != b for a, b in tools) > 0.8 * len(tools)
+    clarified = [(x["messages"][1]["content"], y["messages"][1]["content"]) for x, y in zip(runs["world"], runs["rollout"])
+                 if x["messages"][1]["content"] != x["messages"][1]["content"].split("?")[0] + "?"]
+    assert clarified and any(a != b for a, b in clarified)
