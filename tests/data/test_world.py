@@ -748,6 +748,17 @@ def test_audit_rank1_reader_under_rollout_tie_order(tmp_path):
     assert rollout.check("mean(u)").value == index_order.check("mean(u)").value and rollout.ok
 
 
+def test_audit_is_the_same_under_rollout_city_names(tmp_path):
+    """The knob changes the names a result shows, never a fact a reader can use: every row of the audit (lookup
+    tables, the shape rule, the careful reader, the ceilings, the namesake readers) is the same."""
+    from awarl.eval.world_audit import audit_world
+
+    base = dict(version=2, persons=120, split=(0.5, 0.2, 0.3), seed=0)
+    plain = audit_world(generate_world(WorldConfig(**base)), seeds=1, folder=tmp_path / "w")
+    named = audit_world(generate_world(WorldConfig(**base, city_names="rollout")), seeds=1, folder=tmp_path / "r")
+    assert [(c.name, c.value) for c in named.checks] == [(c.name, c.value) for c in plain.checks] and named.ok
+
+
 # -- city names drawn per rollout --------------------------------------------------------------------------------
 def test_city_names_are_drawn_per_rollout_and_a_query_searches_the_city_it_names():
     from awarl.data.world_noise import NoiseTable, QuestionNoise, RolloutNoise
