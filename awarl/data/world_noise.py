@@ -28,8 +28,9 @@ with `RolloutNoise`.
   answers and citations score as before. Without it a policy trained on one split's questions can tie what it
   learned (when to abstain) to that split's city names, which a held-out split never shows.
 
-Draws are hashes (SHA-256) of their keys, so they do not depend on the process, the order of the
-rollouts or Python's hash seed. A record the table does not list (real data, a chatbot question)
+Draws are hashes (SHA-256) of their keys (the city names: Python's ``random`` seeded by the string of
+the key, which hashes it with SHA-512), so they do not depend on the process, the order of the rollouts
+or Python's hash seed. A record the table does not list (real data, a chatbot question)
 gets the index's results unchanged: the chatbot serves without noise.
 
     >>> table = NoiseTable(0.5, {"q1": QuestionNoise(1.0, {"d1": "Tavok is a city in the country Ruvia."}, ("d1",))})
@@ -121,6 +122,15 @@ class NoiseTable:
             return None
         return re.compile(r"\b(" + "|".join(re.escape(c) for c in sorted(self.cities, key=len, reverse=True)) + r")\b")
 
+    @cached_property
+    def query_pattern(self) -> re.Pattern[str] | None:
+        """A city name in a query as the index reads it: in any case, with or without a trailing "s" (the
+        index lower-cases and stems), so every spelling that finds a city by its name finds it by a shown one."""
+        if not self.cities:
+            return None
+        alternatives = "|".join(re.escape(c) for c in sorted(self.cities, key=len, reverse=True))
+        return re.compile(r"\b(" + alternatives + r")(s?)\b", re.IGNORECASE)
+
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -177,7 +187,8 @@ class RolloutNoise:
         self.failed_calls: list[int] = []
         self.names = self._draw_names(table) if self.spec is not None and table.cities else {}
         self._pattern = table.name_pattern
-        self._world_names = {shown: name for name, shown in self.names.items()}
+        self._query_pattern = table.query_pattern
+        self._world_names = {shown.casefold(): name for name, shown in self.names.items()}
 
     def _draw_names(self, table: NoiseTable) -> dict[str, str]:
         """This rollout's city names: world name -> shown name (a permutation within each class of
@@ -190,10 +201,11 @@ class RolloutNoise:
         return names
 
     def world_query(self, query: str) -> str:
-        """The query the index searches: each city name this rollout shows, replaced by the city it stands for."""
+        """The query the index searches: each city name this rollout shows, in any case and with or without a
+        trailing "s", replaced by the city it stands for."""
         if not self.names:
             return query
-        return self._pattern.sub(lambda m: self._world_names.get(m.group(1), m.group(1)), query)
+        return self._query_pattern.sub(lambda m: self._world_names[m.group(1).casefold()] + m.group(2), query)
 
     def shown(self, text: str) -> str:
         """``text`` with each city under the name this rollout shows for it."""

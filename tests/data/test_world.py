@@ -778,6 +778,10 @@ def test_city_names_are_drawn_per_rollout_and_a_query_searches_the_city_it_names
         assert [h.passage.id for h in shown] == ["d1", "d2", "d3"] and noise.apply(hits) == shown  # fixed in the rollout
         city = shown[0].passage.text.split()[-1].rstrip(".")
         assert city == noise.names["Pusop"] and noise.world_query(f"country {city}") == "country Pusop"
+        # every spelling the index reads as the name (case, a trailing "s") stands for the same city
+        assert noise.world_query(f"COUNTRY {city.upper()}") == "COUNTRY Pusop"
+        assert noise.world_query(f"{city.lower()}s country") == "Pusops country"
+        assert noise.world_query(f"near {noise.names['Farek']}s") == "near Fareks"  # a variant, by its own name
         assert shown[1].passage.text == f"{noise.names['Tavok']} is a city in the country Ruvia."  # the silent swap, renamed
         base = shown[2].passage.title
         assert base in ("Farek", "Norim") and shown[2].passage.text == f"{base} is near {base}s and Pusopia."
