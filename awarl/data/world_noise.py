@@ -118,18 +118,17 @@ class NoiseTable:
     @cached_property
     def name_pattern(self) -> re.Pattern[str] | None:
         """One regular expression matching any city name as a whole word (longest first)."""
-        if not self.cities:
-            return None
-        return re.compile(r"\b(" + "|".join(re.escape(c) for c in sorted(self.cities, key=len, reverse=True)) + r")\b")
+        return re.compile(r"\b(" + self._alternatives + r")\b") if self.cities else None
 
     @cached_property
     def query_pattern(self) -> re.Pattern[str] | None:
         """A city name in a query as the index reads it: in any case, with or without a trailing "s" (the
         index lower-cases and stems), so every spelling that finds a city by its name finds it by a shown one."""
-        if not self.cities:
-            return None
-        alternatives = "|".join(re.escape(c) for c in sorted(self.cities, key=len, reverse=True))
-        return re.compile(r"\b(" + alternatives + r")(s?)\b", re.IGNORECASE)
+        return re.compile(r"\b(" + self._alternatives + r")(s?)\b", re.IGNORECASE) if self.cities else None
+
+    @cached_property
+    def _alternatives(self) -> str:
+        return "|".join(re.escape(c) for c in sorted(self.cities, key=len, reverse=True))  # longest first
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

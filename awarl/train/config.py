@@ -151,9 +151,9 @@ class SFTSection:
         outcomes = get_args(Outcome)  # the protocol scorer's
         bad = [o for o in self.keep_outcomes if o not in outcomes]
         if bad:
+            hint = closest(bad[0], outcomes)
             raise ConfigError(f"sft.keep_outcomes: {', '.join(map(repr, bad))} is not an outcome; choose from "
-                              f"{', '.join(outcomes)}" + (f" (did you mean {closest(bad[0], outcomes)!r}?)"
-                                                         if closest(bad[0], outcomes) else ""))
+                              f"{', '.join(outcomes)}" + (f" (did you mean {hint!r}?)" if hint else ""))
         if self.args.get("assistant_only_loss") is False:
             raise ConfigError("sft.args.assistant_only_loss must stay true: tool results must not be trained on")
 
