@@ -211,39 +211,69 @@ def renamed_conversation(world: World, messages: list[dict], rng: random.Random,
     are shared by every split, so they teach nothing about a split), and so is a near-miss variant
     city and the city it varies, which must stay one letter apart. ``ids=True`` renames the passage
     ids too (each to another passage's id of the world), in the results and in the cited answer alike,
-    so the cited ids can only be copied from the results, not remembered."""
-    names, cities = _rename_pools(world)
-    text = "\n".join(str(m.get("content") or "") + " " + " ".join(str(c) for c in m.get("tool_calls") or [])
-                     for m in messages)
-    words = set(re.findall(r"\w+", text))
-    # longest first (so "Ann Lee" is not renamed inside "Ann Leeds"), then by name: a set's order changes
-    # with each process's string hashing, and the pairing below must not
-    present_names = sorted({n for n in names if n in text}, key=lambda n: (-len(n), n))
-    present_cities = sorted(words & cities)
-    kept = {w for w in present_cities if w + "s" in words or w.endswith("s") and w[:-1] in words}
-    kept |= {w for w in words - cities if w.endswith("s") and w[:-1] in cities}  # a variant and its base
-    kept |= {w[:-1] for w in kept if w.endswith("s")}
-    movable = [c for c in present_cities if c not in kept]
-    mapping = dict(zip(present_names, rng.sample(sorted(names - set(present_names)), len(present_names))))
-    mapping.update(zip(movable, rng.sample(sorted(cities - set(present_cities)), len(movable))))
-    if ids:
-        pids = {p.id for p in world.passages}
-        present_ids = sorted(words & pids)
-        mapping.update(zip(present_ids, rng.sample(sorted(pids - set(present_ids)), len(present_ids))))
-    if not mapping:
-        return [dict(m) for m in messages]
-    pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)) + r")\b")
+    so the cited ids can only be copied from the results, not remembered. Renaming many conversations
+    of one world: build one `Renamer` and call it (the same result, without sorting the pools each time)."""
+    return Renamer(world)(messages, rng, ids=ids)
 
-    def sub(value: Any) -> Any:
-        if isinstance(value, str):
-            return pattern.sub(lambda m: mapping[m.group(1)], value)
-        if isinstance(value, dict):
-            return {k: sub(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [sub(v) for v in value]
-        return value
 
-    return [sub(m) for m in messages]
+class Renamer:
+    """`renamed_conversation` for the conversations of one world: the world's names, cities and passage
+    ids sorted once (the draws sample from those sorted pools, so the result does not depend on string
+    hashing), and the names grouped by their first word, so finding the ones a conversation mentions
+    tests only the groups whose first word it contains. The world must not change while it is in use."""
+
+    def __init__(self, world: World):
+        names, cities = _rename_pools(world)
+        self.names, self.cities = sorted(names), sorted(cities)
+        self.city_set = cities
+        self.pids = sorted({p.id for p in world.passages})
+        self.pid_set = set(self.pids)
+        self.by_first: dict[str, list[str]] = {}
+        for name in self.names:  # a name's first word with its space is a substring of the name
+            self.by_first.setdefault(name[:name.find(" ") + 1] or name, []).append(name)
+
+    def __call__(self, messages: list[dict], rng: random.Random, *, ids: bool = False) -> list[dict]:
+        text = "\n".join(str(m.get("content") or "") + " " + " ".join(str(c) for c in m.get("tool_calls") or [])
+                         for m in messages)
+        words = set(re.findall(r"\w+", text))
+        # longest first (so "Ann Lee" is not renamed inside "Ann Leeds"), then by name: a set's order changes
+        # with each process's string hashing, and the pairing below must not
+        present_names = sorted((n for first, group in self.by_first.items() if first in text
+                                for n in group if n in text), key=lambda n: (-len(n), n))
+        present_cities = sorted(words & self.city_set)
+        kept = {w for w in present_cities if w + "s" in words or w.endswith("s") and w[:-1] in words}
+        kept |= {w for w in words - self.city_set if w.endswith("s") and w[:-1] in self.city_set}  # a variant and its base
+        kept |= {w[:-1] for w in kept if w.endswith("s")}
+        movable = [c for c in present_cities if c not in kept]
+        mapping = dict(zip(present_names, rng.sample(_without(self.names, present_names), len(present_names))))
+        mapping.update(zip(movable, rng.sample(_without(self.cities, present_cities), len(movable))))
+        if ids:
+            present_ids = sorted(words & self.pid_set)
+            mapping.update(zip(present_ids, rng.sample(_without(self.pids, present_ids), len(present_ids))))
+        if not mapping:
+            return [dict(m) for m in messages]
+        pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)) + r")\b")
+
+        def sub(value: Any) -> Any:
+            if isinstance(value, str):
+                return pattern.sub(lambda m: mapping[m.group(1)], value)
+            if isinstance(value, dict):
+                return {k: sub(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [sub(v) for v in value]
+            return value
+
+        return [sub(m) for m in messages]
+
+
+def _without(pool: list[str], drop: Sequence[str]) -> list[str]:
+    """The sorted ``pool`` less ``drop`` (distinct members of it), still sorted."""
+    from bisect import bisect_left
+
+    out = list(pool)
+    for i in sorted((bisect_left(pool, x) for x in drop), reverse=True):
+        del out[i]
+    return out
 
 
 def _rename_pools(world: World) -> tuple[set[str], set[str]]:
@@ -420,4 +450,4 @@ def policy_tests_yaml(world: World, n: int = 4) -> str:
 __all__ = ["WorldConfig", "World", "Question", "Person", "WorldError", "generate_world", "write_world", "KINDS",
            "DEFAULT_CEILINGS",
            "gold_queries", "gold_conversation", "world_texts", "policy_yaml", "policy_tests_yaml", "evidence_text",
-           "musique_row", "record_id", "renamed_conversation", "SPLITS"]
+           "musique_row", "record_id", "renamed_conversation", "Renamer", "SPLITS"]

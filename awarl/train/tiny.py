@@ -304,7 +304,7 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
     sampled: a weak reader whose weakness is set by a share, not by where SFT stops on the copying
     transition (docs/fidelity.md, "T2's base"). 0 (the default) leaves every conversation as it was."""
 
-    from awarl.data.world import gold_conversation, record_id
+    from awarl.data.world import Renamer, gold_conversation, record_id
 
     if not 0.0 <= abstain_share <= 1.0:
         raise ValueError(f"abstain_share must be in [0, 1], got {abstain_share}")
@@ -318,6 +318,7 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
         raise ValueError(f"misread_share must be in [0, 1], got {misread_share}")
     env = env_factory()
     rows = []
+    rename = Renamer(world) if renamed_copies else None  # `awarl.data.world.renamed_conversation`, pools sorted once
 
     def add(q, messages: list[dict], copies_seed: str) -> None:
         if misread_share and q.answerable and random.Random(f"{copies_seed}/misread").random() < misread_share:
@@ -325,10 +326,8 @@ def world_trajectories(world, env_factory: Callable[[], object], splits: Iterabl
         if originals:
             rows.append({"record_id": record_id(q), "messages": messages})
         if renamed_copies:
-            from awarl.data.world import renamed_conversation
-
             rng = random.Random(copies_seed)
-            rows.extend({"record_id": record_id(q), "messages": renamed_conversation(world, messages, rng, ids=rename_ids)}
+            rows.extend({"record_id": record_id(q), "messages": rename(messages, rng, ids=rename_ids)}
                         for _ in range(renamed_copies))
 
     for split in splits:

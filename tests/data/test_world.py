@@ -408,6 +408,44 @@ def test_v2_gold_conversations_read_the_tool(world2, written2, index2):
     assert retried > 0
 
 
+def test_renamer_draws_what_the_plain_definition_draws(world2, written2, index2):
+    """`Renamer` sorts the pools once and tests only the name groups whose first word a conversation holds;
+    it must draw exactly what the definition does: every name found as a substring and every city word
+    present is left out of the pools, which are sorted (so the draws do not depend on string hashing)."""
+    from awarl.data.world import Renamer, _without
+
+    assert _without(["a", "b", "c", "d"], ["d", "b"]) == ["a", "c"]
+    names = {p.name for p in world2.persons}
+    cities = {c for c, level in world2.levels.items() if level == "city"}
+
+    def reference(messages, rng):  # the definition, pools sorted on every call
+        text = "\n".join(str(m.get("content") or "") + " " + " ".join(str(c) for c in m.get("tool_calls") or [])
+                         for m in messages)
+        words = set(re.findall(r"\w+", text))
+        present = sorted({n for n in names if n in text}, key=lambda n: (-len(n), n))
+        found = sorted(words & cities)
+        kept = {w for w in found if w + "s" in words or w.endswith("s") and w[:-1] in words}
+        kept |= {w for w in words - cities if w.endswith("s") and w[:-1] in cities}
+        kept |= {w[:-1] for w in kept if w.endswith("s")}
+        movable = [c for c in found if c not in kept]
+        return (dict(zip(present, rng.sample(sorted(names - set(present)), len(present))))
+                | dict(zip(movable, rng.sample(sorted(cities - set(found)), len(movable)))))
+
+    rename, env = Renamer(world2), _env(index2, written2)()
+    some = sorted(names)
+    for i, q in enumerate(world2.split("sft")[:40]):
+        env.reset(id=record_id(q), question=q.question, passages=[])
+        # a name inside a longer word counts as present (it is not renamed there, and no name becomes it)
+        messages = [*gold_conversation(world2, q, env.search),
+                    {"role": "user", "content": f"X{some[i]}s met {some[-1 - i]}."}]
+        mapping = reference(messages, random.Random(i))
+        pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)) + r")\b")
+        sub = lambda v: (pattern.sub(lambda m: mapping[m.group(1)], v) if isinstance(v, str)  # noqa: E731
+                         else {k: sub(x) for k, x in v.items()} if isinstance(v, dict)
+                         else [sub(x) for x in v] if isinstance(v, list) else v)
+        assert rename(messages, random.Random(i)) == sub(messages), q.id
+
+
 def test_v2_renamed_copies_rename_persons_and_cities_and_keep_the_reading(world2, written2, index2):
     import random
 
