@@ -1,7 +1,8 @@
 """Time of the demo's SFT conversations (`awarl.train.tiny.world_trajectories`, what `awarl demo`'s SFT
 stage builds before it trains), and of their renamed copies: one `awarl.data.world.Renamer` for the
-world against `awarl.data.world.renamed_conversation` called per copy (which sorts the world's pools
-on every call).
+world against `awarl.data.world.renamed_conversation` called per copy (which builds a `Renamer`, sorting
+the world's pools, on every call). The code before `Renamer` also sorted the pools on every call and
+tested every name against the conversation; it is not kept here (docs/benchmarks.md gives its time).
 
     python scripts/bench_sft_data.py [--seed 0] [--rounds 3] [--recipe configs/demo_world.yaml]
 
@@ -42,7 +43,8 @@ def main() -> None:
 
     recipe = DemoRecipe.load(args.recipe, quick=False, seed=args.seed, overrides=())
     world = generate_world(WorldConfig.from_dict(recipe.world, f"{args.recipe}: world"))
-    noise = write_world(world, Path(tempfile.mkdtemp(prefix="awarl-bench-")))["noise"]
+    folder = tempfile.TemporaryDirectory(prefix="awarl-bench-")
+    noise = write_world(world, Path(folder.name))["noise"]
     rollout = RolloutSettings.from_dict({**recipe.train.get("rollout", {}), "world_noise": str(noise)})
     index = BM25Index.build(world.passages)
     # a factory counts the rollouts of each question (a reset draws the next rollout seed): one per build
@@ -68,7 +70,7 @@ def main() -> None:
         return world_trajectories(world, search_env_factory(index, rollout), ("sft",), rollout.system_prompt,
                                   **{**options, "originals": recipe.originals}, renamed_copies=copies)
 
-    arms = {"renamed_conversation per copy": per_call, "one Renamer": one_renamer,
+    arms = {"renamed_conversation per copy (a Renamer per copy)": per_call, "one Renamer": one_renamer,
             "world_trajectories (the SFT stage's build)": stage}
     times: dict[str, list[float]] = {name: [] for name in arms}
     digests: dict[str, str] = {}
@@ -91,6 +93,7 @@ def main() -> None:
         ratio = f"{base / statistics.median(values):.2f}x" if name in (first, second) else "–"
         print(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} | {ratio} |")
     print(f"world_trajectories rows: sha256 {digests[list(arms)[2]]} (the same in every round)")
+    folder.cleanup()
 
 
 if __name__ == "__main__":

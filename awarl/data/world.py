@@ -270,8 +270,11 @@ def _without(pool: list[str], drop: Sequence[str]) -> list[str]:
     """The sorted ``pool`` less ``drop`` (distinct members of it), still sorted."""
     from bisect import bisect_left
 
+    at = sorted({bisect_left(pool, x) for x in drop}, reverse=True)
+    if len(at) != len(drop) or any(i >= len(pool) or pool[i] not in drop for i in at):
+        raise ValueError(f"not distinct members of the pool: {sorted(drop)}")
     out = list(pool)
-    for i in sorted((bisect_left(pool, x) for x in drop), reverse=True):
+    for i in at:
         del out[i]
     return out
 

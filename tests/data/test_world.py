@@ -415,10 +415,14 @@ def test_renamer_draws_what_the_plain_definition_draws(world2, written2, index2)
     from awarl.data.world import Renamer, _without
 
     assert _without(["a", "b", "c", "d"], ["d", "b"]) == ["a", "c"]
+    for bad in (["b", "b"], ["bb"]):
+        with pytest.raises(ValueError, match="not distinct members"):
+            _without(["a", "b", "c"], bad)
     names = {p.name for p in world2.persons}
     cities = {c for c, level in world2.levels.items() if level == "city"}
+    pids = {p.id for p in world2.passages}
 
-    def reference(messages, rng):  # the definition, pools sorted on every call
+    def reference(messages, rng, ids):  # the definition, pools sorted on every call
         text = "\n".join(str(m.get("content") or "") + " " + " ".join(str(c) for c in m.get("tool_calls") or [])
                          for m in messages)
         words = set(re.findall(r"\w+", text))
@@ -428,8 +432,10 @@ def test_renamer_draws_what_the_plain_definition_draws(world2, written2, index2)
         kept |= {w for w in words - cities if w.endswith("s") and w[:-1] in cities}
         kept |= {w[:-1] for w in kept if w.endswith("s")}
         movable = [c for c in found if c not in kept]
-        return (dict(zip(present, rng.sample(sorted(names - set(present)), len(present))))
-                | dict(zip(movable, rng.sample(sorted(cities - set(found)), len(movable)))))
+        mapping = (dict(zip(present, rng.sample(sorted(names - set(present)), len(present))))
+                   | dict(zip(movable, rng.sample(sorted(cities - set(found)), len(movable)))))
+        present_ids = sorted(words & pids) if ids else []
+        return mapping | dict(zip(present_ids, rng.sample(sorted(pids - set(present_ids)), len(present_ids))))
 
     rename, env = Renamer(world2), _env(index2, written2)()
     some = sorted(names)
@@ -438,12 +444,13 @@ def test_renamer_draws_what_the_plain_definition_draws(world2, written2, index2)
         # a name inside a longer word counts as present (it is not renamed there, and no name becomes it)
         messages = [*gold_conversation(world2, q, env.search),
                     {"role": "user", "content": f"X{some[i]}s met {some[-1 - i]}."}]
-        mapping = reference(messages, random.Random(i))
+        ids = i % 2 == 1  # the demo renames the passage ids too (warm_start.rename_ids)
+        mapping = reference(messages, random.Random(i), ids)
         pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in sorted(mapping, key=len, reverse=True)) + r")\b")
         sub = lambda v: (pattern.sub(lambda m: mapping[m.group(1)], v) if isinstance(v, str)  # noqa: E731
                          else {k: sub(x) for k, x in v.items()} if isinstance(v, dict)
                          else [sub(x) for x in v] if isinstance(v, list) else v)
-        assert rename(messages, random.Random(i)) == sub(messages), q.id
+        assert rename(messages, random.Random(i), ids=ids) == sub(messages), q.id
 
 
 def test_v2_renamed_copies_rename_persons_and_cities_and_keep_the_reading(world2, written2, index2):
