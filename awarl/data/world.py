@@ -223,9 +223,9 @@ class Renamer:
     tests only the groups whose first word it contains. The world must not change while it is in use."""
 
     def __init__(self, world: World):
-        names, cities = _rename_pools(world)
-        self.names, self.cities = sorted(names), sorted(cities)
-        self.city_set = cities
+        # the persons' names and the cities of every split (their tokens are all trained)
+        self.city_set = world.cities()
+        self.names, self.cities = sorted({p.name for p in world.persons}), sorted(self.city_set)
         self.pids = sorted({p.id for p in world.passages})
         self.pid_set = set(self.pids)
         self.by_first: dict[str, list[str]] = {}
@@ -277,11 +277,6 @@ def _without(pool: list[str], drop: Sequence[str]) -> list[str]:
     for i in at:
         del out[i]
     return out
-
-
-def _rename_pools(world: World) -> tuple[set[str], set[str]]:
-    """The persons' names and the cities of ``world`` (every split's: their tokens are all trained)."""
-    return {p.name for p in world.persons}, {place for place, level in world.levels.items() if level == "city"}
 
 
 # -- official-format files -----------------------------------------------------------------------------------

@@ -224,6 +224,11 @@ class World:
     noise: dict[str, dict[str, Any]] = field(default_factory=dict)  # record id -> its search noise (v2)
     _index: dict[str, Passage] | None = field(default=None, repr=False, compare=False)
 
+    def cities(self) -> set[str]:
+        """Every split's cities (the places at the city level): the names renamed SFT copies draw from and the
+        names a world that draws city names per rollout permutes."""
+        return {place for place, level in self.levels.items() if level == "city"}
+
     def split(self, name: str) -> list[Question]:
         if name not in SPLITS:
             raise WorldError(f"unknown split {name!r}; choose one of {', '.join(SPLITS)}")

@@ -90,7 +90,7 @@ class NoiseTable:
 
     @classmethod
     def from_world(cls, world: Any) -> "NoiseTable":
-        cities = sorted(place for place, level in world.levels.items() if level == "city")
+        cities = sorted(world.cities())
         return cls(world.config.visible_failure,
                    {rid: QuestionNoise(spec["silent"], dict(spec["swap"]), tuple(spec["fragile"]))
                     for rid, spec in world.noise.items()}, world.config.tie_order,
