@@ -1,16 +1,18 @@
 """SFT and GRPO step time on CPU with TRL's fused LM head against awarl's plain one
-(`awarl.train.lm_head`), in the same run, from a finished `awarl demo` folder.
+(`awarl.train.lm_head`), in the same run, from a finished `awarl demo` folder. A third arm runs the
+plain head computing every field of TRL's output instead of the fields the trainer asked for.
 
     python scripts/bench_lm_head.py --demo runs/demo [--sft-steps 30] [--grpo-steps 12] [--rounds 2]
 
 Each round builds the trainers of the demo's own recipes (``sft/awarl_recipe.yaml`` from the
-demo's untrained model, ``grpo/awa/awarl_recipe.yaml`` from its SFT checkpoint) twice, once with
-TRL's tiles (the plain head switched off) and once with awarl's, alternating the order between
-rounds so drifting machine load hits both alike. Nothing is saved. SFT's first two steps and
+demo's untrained model, ``grpo/awa/awarl_recipe.yaml`` from its SFT checkpoint) three times: with
+TRL's tiles (the plain head switched off), with awarl's plain head computing every field, and with
+awarl's plain head as shipped (the fields the trainer asked for), reversing the order between rounds
+so drifting machine load hits each alike. Nothing is saved. SFT's first two steps and
 GRPO's first generation batch (4 optimizer steps) are left out of the timing; a GRPO step's time
 includes its share of the generation. Prints a table with the mean seconds per optimizer step
-(median over rounds), the ratio, and the first SFT step's loss of each head (they must agree:
-the two heads compute the same function).
+(median over rounds), the ratios, and the first SFT step's loss of each arm (they must agree:
+the heads compute the same function).
 """
 
 from __future__ import annotations
@@ -55,13 +57,18 @@ class StepClock(TrainerCallback):
         return statistics.fmean(gaps)
 
 
-def run(stage: str, demo: Path, plain: bool, steps: int) -> StepClock:
+ARMS = ("trl", "plain, every field", "plain")
+
+
+def run(stage: str, demo: Path, arm: str, steps: int) -> StepClock:
     from awarl.train import lm_head
     from awarl.train.config import TrainConfig
 
-    original = lm_head.use_plain_lm_head
-    if not plain:
+    original, requested = lm_head.use_plain_lm_head, lm_head.requested_fields
+    if arm == "trl":
         lm_head.use_plain_lm_head = lambda *args, **kwargs: False
+    elif arm == "plain, every field":
+        lm_head.requested_fields = lambda forward: lm_head.FIELDS
     clock = StepClock()
     cwd = Path.cwd()
     try:
@@ -85,7 +92,7 @@ def run(stage: str, demo: Path, plain: bool, steps: int) -> StepClock:
             trainer.train()
     finally:
         os.chdir(cwd)
-        lm_head.use_plain_lm_head = original
+        lm_head.use_plain_lm_head, lm_head.requested_fields = original, requested
     return clock
 
 
@@ -102,25 +109,25 @@ def main() -> None:
             sys.exit(f"{demo}: no {needed}; point --demo at a finished `awarl demo` folder")
     import torch
 
-    times: dict[tuple[str, bool], list[float]] = {}
-    first_loss: dict[bool, float] = {}
+    times: dict[tuple[str, str], list[float]] = {}
+    first_loss: dict[str, float] = {}
     for round_ in range(args.rounds):
-        order = (False, True) if round_ % 2 == 0 else (True, False)
+        order = ARMS if round_ % 2 == 0 else ARMS[::-1]
         for stage, steps, skip in (("sft", args.sft_steps, 2), ("grpo", args.grpo_steps, 4)):
-            for plain in order:
-                clock = run(stage, demo, plain, steps)
-                times.setdefault((stage, plain), []).append(clock.per_step(skip))
+            for arm in order:
+                clock = run(stage, demo, arm, steps)
+                times.setdefault((stage, arm), []).append(clock.per_step(skip))
                 if stage == "sft":
-                    first_loss[plain] = clock.losses[0]
-                print(f"round {round_ + 1} {stage} {'plain' if plain else 'trl'}: "
-                      f"{times[(stage, plain)][-1]:.3f} s/step", file=sys.stderr)
+                    first_loss[arm] = clock.losses[0]
+                print(f"round {round_ + 1} {stage} {arm}: {times[(stage, arm)][-1]:.3f} s/step", file=sys.stderr)
     print(f"\ntorch threads {torch.get_num_threads()}, {args.rounds} rounds; mean s per optimizer step, median over rounds\n")
-    print("| stage | TRL fused head | awarl plain head | ratio TRL / plain |")
-    print("|---|---:|---:|---:|")
+    print("| stage | TRL fused head | plain head, every field | plain head, the trainer's fields "
+          "| ratio TRL / plain | ratio every field / the trainer's |")
+    print("|---|---:|---:|---:|---:|---:|")
     for stage in ("sft", "grpo"):
-        trl, plain = statistics.median(times[(stage, False)]), statistics.median(times[(stage, True)])
-        print(f"| {stage} | {trl:.3f} | {plain:.3f} | {trl / plain:.2f}x |")
-    print(f"\nfirst SFT step loss: TRL {first_loss[False]:.5f}, plain {first_loss[True]:.5f}")
+        trl, every, plain = (statistics.median(times[(stage, arm)]) for arm in ARMS)
+        print(f"| {stage} | {trl:.3f} | {every:.3f} | {plain:.3f} | {trl / plain:.2f}x | {every / plain:.2f}x |")
+    print("\nfirst SFT step loss: " + ", ".join(f"{arm} {first_loss[arm]:.5f}" for arm in ARMS))
 
 
 if __name__ == "__main__":

@@ -7,21 +7,23 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from trl.trainer.utils import add_fused_lm_head  # noqa: E402
+from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from awarl.train import lm_head  # noqa: E402
 
-OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+OUTPUTS = lm_head.FIELDS
+SFT_OUTPUTS = ("log_probs", "entropy", "is_top1")  # what TRL 1.16's SFTTrainer asks for
+GRPO_OUTPUTS = ("log_probs", "entropy")            # and its GRPOTrainer
 
 
-def _pair(model_dir, temperature):
+def _pair(model_dir, temperature, outputs=OUTPUTS):
     """The tiny model twice, with the same weights: TRL's fused head, and that head behind awarl's."""
     models = []
     for plain in (False, True):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        add_fused_lm_head(model, temperature=temperature, outputs=OUTPUTS)
+        add_fused_lm_head(model, temperature=temperature, outputs=outputs)
         if plain:
             assert lm_head.use_plain_lm_head(model, temperature=temperature)
         models.append(model)
@@ -56,6 +58,33 @@ def test_plain_head_matches_trl_fields_and_gradients(tiny_model_dir, temperature
     assert trl_model._out_label_mask.sum() == (labels[:, 1:] != -100).sum()
     for name, g in grads[0].items():
         assert torch.allclose(g, grads[1][name], atol=1e-5, rtol=1e-3), name
+
+
+@pytest.mark.parametrize("outputs", [SFT_OUTPUTS, GRPO_OUTPUTS, ("log_probs",)])
+def test_plain_head_fills_the_fields_the_trainer_asked_for(tiny_model_dir, outputs):
+    assert lm_head.FIELDS == tuple(f for f in FusedCausalLMOutput.__dataclass_fields__ if f in lm_head.FIELDS)
+    trl_model, plain_model = _pair(tiny_model_dir, 0.7, outputs)
+    ids, labels = _batch(trl_model.config.vocab_size)
+    ref = trl_model(input_ids=ids, labels=labels, fused_lm_head=True)
+    out = plain_model(input_ids=ids, labels=labels, fused_lm_head=True)
+    for field in OUTPUTS:
+        a, b = getattr(ref, field), getattr(out, field)
+        if field in outputs:
+            assert b is not None and torch.allclose(a.float(), b.float(), atol=1e-4, rtol=1e-4), field
+        else:  # TRL leaves a field it was not asked for None; so does the fast path, which skips its cost
+            assert a is None and b is None, field
+    assert torch.allclose(ref.loss, out.loss, atol=1e-5)
+
+
+def test_requested_fields_reads_what_trl_was_asked(tiny_model_dir):
+    for outputs in (SFT_OUTPUTS, GRPO_OUTPUTS, OUTPUTS):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        add_fused_lm_head(model, outputs=outputs)
+        assert lm_head.requested_fields(model.forward) == outputs
+    # a forward TRL has not patched (or a TRL that names its closure otherwise): every field, none missing
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    assert lm_head.requested_fields(plain.forward) == OUTPUTS
+    assert lm_head.requested_fields(len) == OUTPUTS
 
 
 def test_plain_head_leaves_other_calls_to_trl(tiny_model_dir, monkeypatch):
